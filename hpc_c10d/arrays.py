@@ -1,0 +1,131 @@
+"""Adapt user arrays (numpy, torch CPU tensors, DLPack, buffers) to numpy views, and check them.
+
+One adaptation point: every collective sees numpy arrays that share memory with what the user
+passed, so results land in place. Nothing here copies unless the caller asks for a contiguous
+read-only input.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SUPPORTED_DTYPES", "bfloat16", "device_type", "as_array", "as_input", "as_output"]
+
+try:
+    from ml_dtypes import bfloat16 as _bf16_type
+
+    bfloat16: np.dtype | None = np.dtype(_bf16_type)
+except ImportError:  # pragma: no cover - ml_dtypes is a core dependency
+    bfloat16 = None
+
+#: dtypes every CPU collective supports, by numpy name.
+SUPPORTED_DTYPES = (
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+)
+_SUPPORTED = frozenset(np.dtype(n) if n != "bfloat16" else bfloat16 for n in SUPPORTED_DTYPES)
+
+# DLPack device codes: kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged.
+_DLPACK_DEVICE = {1: "cpu", 2: "cuda", 3: "cpu", 13: "cuda"}
+
+
+def _torch_tensor_type() -> type | None:
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def device_type(x: Any) -> str:
+    """Return ``"cpu"`` or ``"cuda"`` for an array-like, or raise TypeError for non-arrays."""
+    if type(x) is np.ndarray:
+        return "cpu"
+    tensor = _torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        return x.device.type
+    if isinstance(x, np.ndarray):
+        return "cpu"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "cuda"
+    dlpack_device = getattr(x, "__dlpack_device__", None)
+    if dlpack_device is not None:
+        code = int(dlpack_device()[0])
+        if code in _DLPACK_DEVICE:
+            return _DLPACK_DEVICE[code]
+        raise TypeError(f"arrays on DLPack device type {code} are not supported (CPU and CUDA are)")
+    if isinstance(x, (list, tuple)) or not _has_buffer(x):
+        raise TypeError(
+            f"expected an array (numpy, torch tensor, DLPack or buffer object), got {type(x).__name__}"
+        )
+    return "cpu"
+
+
+def _has_buffer(x: Any) -> bool:
+    try:
+        memoryview(x).release()
+    except TypeError:
+        return False
+    return True
+
+
+def _torch_to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    if t.device.type != "cpu":
+        raise TypeError(f"a tensor on {t.device} reached the CPU backend")
+    t = t.detach()
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(bfloat16)
+    if t.is_conj() or t.is_neg():
+        raise ValueError("tensors with a lazy conj/neg bit must be resolved first (tensor.resolve_conj())")
+    return t.numpy()
+
+
+def as_array(x: Any, name: str = "tensor") -> np.ndarray:
+    """Return a numpy view of a CPU array-like, sharing its memory; TypeError for anything else."""
+    if type(x) is np.ndarray:
+        arr = x
+    else:
+        tensor = _torch_tensor_type()
+        if tensor is not None and isinstance(x, tensor):
+            arr = _torch_to_numpy(x)
+        elif isinstance(x, np.ndarray):
+            arr = x.view(np.ndarray)
+        elif hasattr(x, "__dlpack__"):
+            arr = np.from_dlpack(x)
+        elif not isinstance(x, (list, tuple)) and _has_buffer(x):
+            arr = np.asarray(memoryview(x))
+        else:
+            raise TypeError(
+                f"Invalid function argument: expected `{name}` to be an array "
+                f"(numpy array, torch tensor, DLPack or buffer object), got {type(x).__name__}"
+            )
+    if arr.dtype not in _SUPPORTED:
+        raise TypeError(
+            f"`{name}` has dtype {arr.dtype}, which is not supported; "
+            f"supported: {', '.join(SUPPORTED_DTYPES)}"
+        )
+    return arr
+
+
+def as_input(x: Any, name: str = "tensor") -> np.ndarray:
+    """Adapt an array that is only read; a non-contiguous one is copied into a contiguous one."""
+    arr = as_array(x, name)
+    if arr.flags.c_contiguous:
+        return arr
+    return np.ascontiguousarray(arr)
+
+
+def as_output(x: Any, name: str = "tensor") -> np.ndarray:
+    """Adapt an array the collective writes into: it must be C-contiguous and writable."""
+    arr = as_array(x, name)
+    flags = arr.flags
+    if not flags.c_contiguous:
+        raise ValueError(
+            f"`{name}` must be C-contiguous because the result is written into it in place; "
+            "pass a contiguous array (np.ascontiguousarray / tensor.contiguous()) and copy back"
+        )
+    if not flags.writeable:
+        raise ValueError(f"`{name}` is read-only, but the result is written into it in place")
+    return arr

@@ -1,0 +1,242 @@
+"""Start and stop the default group, and the module-level queries about groups and backends."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from datetime import timedelta
+from typing import Any
+
+from ._state import GroupMember, _world, default_group, resolve_group
+from .backend import Backend, BackendConfig, is_backend_available
+from .mpi import bootstrap
+from .process_group import ProcessGroup
+from .reduce_op import RedOpType
+
+__all__ = [
+    "default_pg_timeout", "init_process_group", "destroy_process_group", "is_initialized",
+    "is_available", "is_mpi_available", "is_nccl_available", "is_gloo_available",
+    "is_ucc_available", "is_xccl_available", "is_backend_available", "is_torchelastic_launched",
+    "get_rank", "get_world_size", "get_backend", "get_backend_config", "get_pg_count",
+    "get_node_local_rank", "get_default_backend_for_device", "supports_complex",
+    "_get_default_group", "check_timeout",
+]
+
+#: torch's default for every group's timeout.
+default_pg_timeout = timedelta(minutes=30)
+
+_INIT_SCHEMES = ("env://", "tcp://", "file://", "mpi://")
+
+
+def check_timeout(timeout: Any) -> timedelta:
+    """Return ``timeout`` or the default; TypeError unless it is a ``datetime.timedelta``."""
+    if timeout is None:
+        return default_pg_timeout
+    if not isinstance(timeout, timedelta):
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    return timeout
+
+
+def _check_init_method(init_method: str | None, store: Any) -> None:
+    if init_method is None:
+        return
+    if store is not None:
+        raise ValueError("Cannot specify both init_method and store.")
+    if not isinstance(init_method, str) or not init_method.startswith(_INIT_SCHEMES):
+        raise ValueError(f"init_method {init_method!r} is not supported; use one of "
+                         f"{', '.join(_INIT_SCHEMES)} (accepted for compatibility: MPI does the rendezvous)")
+
+
+def _check_against_mpi(rank: int, world_size: int, comm: Any) -> None:
+    mpi_rank, mpi_size = comm.Get_rank(), comm.Get_size()
+    if world_size not in (-1, None) and world_size != mpi_size:
+        raise ValueError(f"world_size={world_size} but the MPI world has {mpi_size} processes; "
+                         f"drop `world_size=` or launch with -n {world_size}")
+    if rank not in (-1, None) and rank != mpi_rank:
+        raise ValueError(f"rank={rank} but MPI made this process rank {mpi_rank}; drop `rank=` "
+                         "(MPI assigns ranks) or pass the rank MPI reports")
+
+
+def init_process_group(
+    backend: str | None = None,
+    init_method: str | None = None,
+    timeout: timedelta | None = None,
+    world_size: int = -1,
+    rank: int = -1,
+    store: Any = None,
+    group_name: str = "",
+    pg_options: Any = None,
+    device_id: Any = None,
+    *,
+    comm: Any = None,
+) -> None:
+    """Initialise the default process group from MPI; no address, port or store needed.
+
+    Run under ``mpiexec``/``srun``: ranks and world size come from MPI. ``backend`` may be
+    None (``cpu:mpi,cuda:nccl``), ``"mpi"``, ``"gloo"`` (an alias of the MPI CPU backend) or a
+    ``"cpu:mpi,cuda:nccl"`` map. ``init_method`` and ``store`` are accepted for compatibility;
+    ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an mpi4py
+    intracommunicator) runs the world on a sub-communicator instead of ``COMM_WORLD``.
+
+    Example::
+
+        import hpc_c10d as dist
+        dist.init_process_group()
+        dist.all_reduce(x)
+    """
+    if _world.default_pg is not None:
+        raise ValueError("trying to initialize the default process group twice!")
+    timeout = check_timeout(timeout)
+    _check_init_method(init_method, store)
+    config = BackendConfig(backend)
+    MPI = bootstrap.initialize()
+    base = MPI.COMM_WORLD if comm is None else comm
+    if not isinstance(base, MPI.Intracomm) or base == MPI.COMM_NULL:
+        raise TypeError(f"comm must be an mpi4py intracommunicator, got {base!r}")
+    _check_against_mpi(rank, world_size, base)
+    world = base.Dup()
+    node = bootstrap.node_local_comm(world)
+    _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()
+    node.Free()
+    _world.thread_level = bootstrap.thread_level_name(MPI)
+    backend_name = str(config) if backend is None else Backend(backend)
+    pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
+                      timeout, "default_pg")
+    pg.bound_device_id = device_id
+    _world.default_pg = pg
+    _world.groups.append(pg)
+    _world.group_count = 1
+
+
+def destroy_process_group(group: ProcessGroup | None = None) -> None:
+    """Free ``group``'s communicator, or every group (and the default one) when None."""
+    if group is None or group is GroupMember.WORLD:
+        default_group()
+        for pg in reversed(_world.groups):
+            pg._destroy()
+        _world.reset()
+        return
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return
+    if not isinstance(group, ProcessGroup) or group not in _world.groups:
+        raise ValueError("Invalid process group specified or has been destroyed.")
+    _world.groups.remove(group)
+    group._destroy()
+
+
+def is_initialized() -> bool:
+    """Return True once the default process group exists."""
+    return _world.default_pg is not None
+
+
+def is_available() -> bool:
+    """Return True: the package is usable wherever mpi4py imports."""
+    return True
+
+
+def is_mpi_available() -> bool:
+    """Return True if mpi4py is installed (does not start MPI)."""
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def is_nccl_available() -> bool:
+    """Return True if the NCCL GPU backend can be loaded here."""
+    return is_backend_available("nccl") and importlib.util.find_spec("cupy") is not None
+
+
+def is_gloo_available() -> bool:
+    """Return True: ``"gloo"`` is served by the MPI CPU backend."""
+    return is_mpi_available()
+
+
+def is_ucc_available() -> bool:
+    """Return False: there is no UCC backend."""
+    return False
+
+
+def is_xccl_available() -> bool:
+    """Return False: there is no XCCL (Intel GPU) backend."""
+    return False
+
+
+def is_torchelastic_launched() -> bool:
+    """Return True if torchelastic (torchrun) started this process."""
+    return os.getenv("TORCHELASTIC_RUN_ID") is not None
+
+
+def get_rank(group: ProcessGroup | None = None) -> int:
+    """Return this process's rank in ``group`` (-1 if it is not a member)."""
+    if group is None:
+        return default_group()._rank
+    pg = resolve_group(group)
+    return -1 if pg is None else pg.rank()
+
+
+def get_world_size(group: ProcessGroup | None = None) -> int:
+    """Return the number of ranks in ``group`` (-1 if this process is not a member)."""
+    if group is None:
+        return default_group()._size
+    pg = resolve_group(group)
+    return -1 if pg is None else pg.size()
+
+
+def _member_group(group: Any) -> ProcessGroup:
+    pg = resolve_group(group)
+    if pg is None:
+        raise ValueError("Invalid process group specified")
+    return pg
+
+
+def get_backend(group: ProcessGroup | None = None) -> str:
+    """Return the backend name of ``group`` (as given to init, e.g. ``"gloo"``)."""
+    return _member_group(group).name()
+
+
+def get_backend_config(group: ProcessGroup | None = None) -> str:
+    """Return ``group``'s device map, e.g. ``"cpu:mpi,cuda:nccl"``."""
+    return str(_member_group(group)._config)
+
+
+def get_pg_count() -> int:
+    """Return how many process groups have been created, the default one included."""
+    return _world.group_count
+
+
+def get_node_local_rank(fallback_rank: int | None = None) -> int:
+    """Return this process's rank among the processes on its node.
+
+    After ``init_process_group`` this is MPI's shared-memory split; before it, ``LOCAL_RANK``
+    from the environment, then ``fallback_rank``.
+    """
+    if _world.node_local_rank is not None:
+        return _world.node_local_rank
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    if fallback_rank is not None:
+        return int(fallback_rank)
+    raise RuntimeError("LOCAL_RANK is not set and the process group is not initialized; "
+                       "call init_process_group() first or pass fallback_rank")
+
+
+def get_default_backend_for_device(device: Any) -> str:
+    """Return the backend name that serves ``device`` (``"cpu"``, ``"cuda"`` or a torch device)."""
+    device_type = getattr(device, "type", None) or str(device).split(":")[0]
+    backend = Backend.default_device_backend_map.get(device_type)
+    if backend is None:
+        raise ValueError(f"Default backend not registered for device : {device}")
+    return backend
+
+
+_COMPLEX_DENY = frozenset({RedOpType.MAX, RedOpType.MIN, RedOpType.PRODUCT,
+                           RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR})
+
+
+def supports_complex(reduceOp: Any) -> bool:  # noqa: N803 - torch's name
+    """Return True if ``reduceOp`` can reduce complex arrays."""
+    op = reduceOp if isinstance(reduceOp, RedOpType) else reduceOp.op
+    return op not in _COMPLEX_DENY
+
+
+def _get_default_group() -> ProcessGroup:
+    """Return the default process group (ValueError before init)."""
+    return default_group()

@@ -1,0 +1,219 @@
+"""``MPIBackend``: every collective and point-to-point operation on numpy buffers over mpi4py.
+
+Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
+ones and returns a ``Work`` that keeps every buffer alive until completion. List-shaped
+operations (``all_gather`` into a list, ``gather``, ...) stage through one contiguous buffer and
+the ``v`` variants, so ranks may contribute blocks of different sizes.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from ..arrays import as_input, as_output
+from ..reduce_op import RedOpType
+from ..transport import Transport
+from ..work import Work
+from .ops import mpi_datatype, reduction
+
+__all__ = ["MPIBackend"]
+
+_IN_PLACE = MPI.IN_PLACE
+
+
+def _op_and_factor(op: Any) -> tuple[RedOpType, Any]:
+    if type(op) is RedOpType:
+        return op, None
+    factor = op.factor
+    if factor is not None and hasattr(factor, "item"):
+        factor = factor.item()
+    return op.op, factor
+
+
+def _scaled(buf: np.ndarray, factor: Any) -> np.ndarray:
+    return np.multiply(buf, factor).astype(buf.dtype, copy=False)
+
+
+def _average(buf: np.ndarray, size: int) -> None:
+    if buf.dtype.kind in "iu":  # truncate toward zero, as NCCL's integer AVG does
+        np.divide(buf, size, out=buf, casting="unsafe")
+    else:
+        np.divide(buf, size, out=buf)
+
+
+def _displacements(counts: Sequence[int]) -> list[int]:
+    return [0, *accumulate(counts)][:-1]
+
+
+def _copy_blocks(staging: np.ndarray, outs: Sequence[np.ndarray]) -> Callable[[], None]:
+    def copy_out() -> None:
+        start = 0
+        for out in outs:
+            stop = start + out.size
+            np.copyto(out, staging[start:stop].reshape(out.shape))
+            start = stop
+
+    return copy_out
+
+
+def _concatenate(inps: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    if not inps:
+        return np.empty(0, dtype)
+    return np.concatenate([a.reshape(-1) for a in inps])
+
+
+class MPIBackend(Transport):
+    """Collectives over one MPI intracommunicator (the group's own, never COMM_WORLD itself)."""
+
+    device = "cpu"
+
+    def __init__(self, comm: MPI.Intracomm, timeout: Any = None) -> None:
+        self._comm = comm
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+
+    adapt_input = staticmethod(as_input)
+    adapt_output = staticmethod(as_output)
+
+    def _issue(self, blocking, nonblocking, args, async_op, user, finish=None, keep=None):
+        if async_op:
+            return Work([nonblocking(*args)], user, finish, keep, op_name=nonblocking.__name__)
+        blocking(*args)
+        if finish is not None:
+            finish()
+        return None
+
+    def _reduction(self, buf, op, name):
+        op, factor = _op_and_factor(op)
+        red = reduction(op, buf.dtype, name)
+        average = (lambda: _average(buf, self._size)) if red.average else None
+        return red, factor, average
+
+    def allreduce(self, buf, op, async_op, user):
+        if type(op) is RedOpType:  # the hot path: no closure, no scaling
+            red = reduction(op, buf.dtype, "all_reduce")
+            if not red.average:
+                recv = (buf, red.datatype)
+                if async_op:
+                    return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user],
+                                keep=buf, op_name="all_reduce")
+                self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                return None
+        red, factor, average = self._reduction(buf, op, "all_reduce")
+        send = _IN_PLACE if factor is None else (_scaled(buf, factor), red.datatype)
+        args = (send, (buf, red.datatype), red.op)
+        return self._issue(self._comm.Allreduce, self._comm.Iallreduce, args, async_op,
+                           [user], average, (buf, send))
+
+    def broadcast(self, buf, root, async_op, user):
+        args = ((buf, mpi_datatype(buf.dtype)), root)
+        return self._issue(self._comm.Bcast, self._comm.Ibcast, args, async_op, [user], None, buf)
+
+    def reduce(self, buf, root, op, async_op, user):
+        red, factor, average = self._reduction(buf, op, "reduce")
+        mine = (buf, red.datatype)
+        send = mine if factor is None else (_scaled(buf, factor), red.datatype)
+        if self._rank == root:
+            args = (_IN_PLACE if factor is None else send, mine, red.op, root)
+        else:
+            args, average = (send, None, red.op, root), None
+        return self._issue(self._comm.Reduce, self._comm.Ireduce, args, async_op,
+                           [user], average, (buf, send))
+
+    def allgather(self, out, inp, async_op, user):
+        datatype = mpi_datatype(out.dtype)
+        args = ((inp, datatype), (out, datatype))
+        return self._issue(self._comm.Allgather, self._comm.Iallgather, args, async_op,
+                           [user], None, (out, inp))
+
+    def allgather_list(self, outs, inp, async_op, user):
+        datatype = mpi_datatype(inp.dtype)
+        counts = [o.size for o in outs]
+        staging = np.empty(sum(counts), inp.dtype)
+        args = ((inp, datatype), (staging, counts, _displacements(counts), datatype))
+        return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
+                           user, _copy_blocks(staging, outs), (outs, inp, staging))
+
+    def gather_list(self, outs, inp, root, async_op, user):
+        datatype = mpi_datatype(inp.dtype)
+        finish = staging = recv = None
+        if self._rank == root:
+            counts = [o.size for o in outs]
+            staging = np.empty(sum(counts), inp.dtype)
+            recv = (staging, counts, _displacements(counts), datatype)
+            finish = _copy_blocks(staging, outs)
+        args = ((inp, datatype), recv, root)
+        return self._issue(self._comm.Gatherv, self._comm.Igatherv, args, async_op,
+                           user, finish, (outs, inp, staging))
+
+    def scatter_list(self, out, inps, root, async_op, user):
+        datatype = mpi_datatype(out.dtype)
+        send = staging = None
+        if self._rank == root:
+            staging = _concatenate(inps, out.dtype)
+            counts = [i.size for i in inps]
+            send = (staging, counts, _displacements(counts), datatype)
+        args = (send, (out, datatype), root)
+        return self._issue(self._comm.Scatterv, self._comm.Iscatterv, args, async_op,
+                           [user], None, (out, inps, staging))
+
+    def reduce_scatter(self, out, inp, op, async_op, user):
+        red, factor, average = self._reduction(out, op, "reduce_scatter")
+        send = inp if factor is None else _scaled(inp, factor)
+        args = ((send, red.datatype), (out, red.datatype), red.op)
+        return self._issue(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
+                           args, async_op, [user], average, (out, inp, send))
+
+    def reduce_scatter_list(self, out, inps, op, async_op, user):
+        red, factor, average = self._reduction(out, op, "reduce_scatter")
+        staging = _concatenate(inps, out.dtype)
+        if factor is not None:
+            staging = _scaled(staging, factor)
+        counts = [i.size for i in inps]
+        args = ((staging, red.datatype), (out, red.datatype), counts, red.op)
+        return self._issue(self._comm.Reduce_scatter, self._comm.Ireduce_scatter, args,
+                           async_op, [user], average, (out, staging))
+
+    def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
+        datatype = mpi_datatype(out.dtype)
+        if out_counts is None and in_counts is None:
+            args = ((inp, datatype), (out, datatype))
+            return self._issue(self._comm.Alltoall, self._comm.Ialltoall, args, async_op,
+                               [user], None, (out, inp))
+        args = ((inp, in_counts, _displacements(in_counts), datatype),
+                (out, out_counts, _displacements(out_counts), datatype))
+        return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
+                           [user], None, (out, inp))
+
+    def alltoall_list(self, outs, inps, async_op, user):
+        dtype = outs[0].dtype if outs else inps[0].dtype
+        datatype = mpi_datatype(dtype)
+        in_counts = [i.size for i in inps]
+        out_counts = [o.size for o in outs]
+        send = _concatenate(inps, dtype)
+        staging = np.empty(sum(out_counts), dtype)
+        args = ((send, in_counts, _displacements(in_counts), datatype),
+                (staging, out_counts, _displacements(out_counts), datatype))
+        return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
+                           user, _copy_blocks(staging, outs), (outs, send, staging))
+
+    def barrier(self, async_op):
+        return self._issue(self._comm.Barrier, self._comm.Ibarrier, (), async_op, [])
+
+    def send(self, buf, peer, tag, async_op, user):
+        args = ((buf, mpi_datatype(buf.dtype)), peer, tag)
+        return self._issue(self._comm.Send, self._comm.Isend, args, async_op, [user], None, buf)
+
+    def recv(self, buf, peer, tag, async_op, user):
+        source = MPI.ANY_SOURCE if peer is None else peer
+        status = MPI.Status()
+        message = (buf, mpi_datatype(buf.dtype))
+        if async_op:
+            request = self._comm.Irecv(message, source, tag)
+            return Work([request], [user], keep=buf, status=status, op_name="recv")
+        self._comm.Recv(message, source, tag, status)
+        return status.Get_source()

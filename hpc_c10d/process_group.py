@@ -1,0 +1,321 @@
+"""``ProcessGroup``: a group's MPI communicator, its ranks, and one transport per device type.
+
+Every operation enters through one of the validating methods below (used by the module-level
+API and by the torch-style methods in ``_pg_api.py``): arrays are adapted once by the transport
+that serves their device, checked (lengths, dtypes, sizes, ranks), and only then communicated.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Sequence
+
+import numpy as np
+
+from ._pg_api import TorchProcessGroupAPI
+from .arrays import device_type
+from .backend import BackendConfig, transport_factory
+from .reduce_op import ReduceOp, RedOpType
+from .transport import Transport
+
+__all__ = ["ProcessGroup"]
+
+
+def check_reduce_op(op: Any, name: str) -> None:
+    """TypeError unless ``op`` is a ReduceOp member or instance."""
+    if type(op) is not RedOpType and not isinstance(op, ReduceOp):
+        raise TypeError(f"{name}: op must be a ReduceOp such as ReduceOp.SUM, got {op!r}")
+
+
+def _check_list(value: Any, name: str, length: int | None = None) -> list:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"Invalid function argument: expected `{name}` to be a list of arrays, "
+                        f"got {type(value).__name__}")
+    if length is not None and len(value) != length:
+        raise ValueError(f"`{name}` must hold one array per rank of the group ({length}), got {len(value)}")
+    return list(value)
+
+
+def _same_dtype(arrays: Sequence[np.ndarray], name: str) -> None:
+    dtypes = {a.dtype for a in arrays}
+    if len(dtypes) > 1:
+        raise ValueError(f"Invalid usage of tensors with different dtypes in {name}: "
+                         f"found {', '.join(sorted(map(str, dtypes)))}")
+
+
+class ProcessGroup(TorchProcessGroupAPI):
+    """A group of ranks with its own MPI communicator (torch's ``ProcessGroup``)."""
+
+    def __init__(
+        self,
+        comm: Any,
+        global_ranks: Sequence[int],
+        name: str,
+        config: BackendConfig,
+        backend_name: str,
+        timeout: timedelta,
+        desc: str = "undefined",
+    ) -> None:
+        self._comm = comm
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+        self._global_ranks = tuple(global_ranks)
+        self._group_rank_of = {g: i for i, g in enumerate(self._global_ranks)}
+        self._config = config
+        self._backend_name = backend_name
+        self._timeout = timeout
+        self._name = name
+        self._desc = desc
+        self._transports: dict[str, Transport] = {}
+        self.bound_device_id: Any = None
+        self._cpu = self._transport_for_device("cpu") if "cpu" in config.device_backend_map else None
+
+    # ---- identity -------------------------------------------------------------------------
+    def rank(self) -> int:
+        """Return this process's rank in the group."""
+        return self._rank
+
+    def size(self) -> int:
+        """Return the number of ranks in the group."""
+        return self._size
+
+    def name(self) -> str:
+        """Return the backend name, as torch's ``ProcessGroup.name()`` does."""
+        return self._backend_name
+
+    @property
+    def group_name(self) -> str:
+        return self._name
+
+    @property
+    def group_desc(self) -> str:
+        return self._desc
+
+    @property
+    def comm(self) -> Any:
+        """The group's mpi4py communicator (an extension over torch)."""
+        if self._comm is None:
+            raise ValueError(f"process group {self._name!r} has been destroyed")
+        return self._comm
+
+    def __repr__(self) -> str:
+        return f"<ProcessGroup {self._name!r} rank {self._rank}/{self._size} ranks={list(self._global_ranks)}>"
+
+    # ---- rank translation -----------------------------------------------------------------
+    def global_rank(self, group_rank: int) -> int:
+        """Return the global rank of ``group_rank``."""
+        if type(group_rank) is not int and not isinstance(group_rank, int):
+            raise TypeError(f"rank must be an int, got {type(group_rank).__name__}")
+        if not 0 <= group_rank < self._size:
+            raise ValueError(f"Group rank {group_rank} is not part of group {self._name!r} "
+                             f"(valid: 0..{self._size - 1})")
+        return self._global_ranks[group_rank]
+
+    def group_rank(self, global_rank: int) -> int:
+        """Return the group rank of ``global_rank``; ValueError if it is not a member."""
+        if not isinstance(global_rank, int):
+            raise TypeError(f"rank must be an int, got {type(global_rank).__name__}")
+        found = self._group_rank_of.get(global_rank)
+        if found is None:
+            raise ValueError(f"Global rank {global_rank} is not part of group {self._name!r} "
+                             f"(its ranks: {list(self._global_ranks)})")
+        return found
+
+    # ---- transports -----------------------------------------------------------------------
+    def _transport_for_device(self, device: str) -> Transport:
+        transport = self._transports.get(device)
+        if transport is None:
+            backend = self._config.device_backend_map.get(device)
+            if backend is None:
+                raise RuntimeError(f"no backend for device type {device!r} in group {self._name!r} "
+                                   f"(backend config: {self._config})")
+            transport = transport_factory(backend)(self.comm, self._timeout)
+            self._transports[device] = transport
+        return transport
+
+    def _transport(self, x: Any) -> Transport:
+        if type(x) is np.ndarray and self._cpu is not None:
+            return self._cpu
+        return self._transport_for_device(device_type(x))
+
+    def _transport_of_all(self, arrays: Sequence[Any], name: str) -> Transport:
+        devices = {device_type(a) for a in arrays}
+        if len(devices) > 1:
+            raise ValueError(f"{name}: all arrays must be on one device type, got {sorted(devices)}")
+        return self._transport_for_device(devices.pop() if devices else "cpu")
+
+    def _check_root(self, root: int, name: str) -> None:
+        if not 0 <= root < self._size:
+            raise ValueError(f"{name}: group rank {root} is out of range for a group of size {self._size}")
+
+    # ---- validated operations (group ranks) ----------------------------------------------
+    def _all_reduce(self, tensor, op, async_op):
+        if type(op) is not RedOpType:
+            check_reduce_op(op, "all_reduce")
+        t = self._transport(tensor)
+        return t.allreduce(t.adapt_output(tensor, "tensor"), op, async_op, tensor)
+
+    def _broadcast(self, tensor, root, async_op):
+        self._check_root(root, "broadcast")
+        t = self._transport(tensor)
+        return t.broadcast(t.adapt_output(tensor, "tensor"), root, async_op, tensor)
+
+    def _reduce(self, tensor, root, op, async_op):
+        check_reduce_op(op, "reduce")
+        self._check_root(root, "reduce")
+        t = self._transport(tensor)
+        return t.reduce(t.adapt_output(tensor, "tensor"), root, op, async_op, tensor)
+
+    def _all_gather(self, tensor_list, tensor, async_op):
+        tensor_list = _check_list(tensor_list, "tensor_list", self._size)
+        t = self._transport_of_all([tensor, *tensor_list], "all_gather")
+        inp = t.adapt_input(tensor, "tensor")
+        outs = [t.adapt_output(o, "tensor_list") for o in tensor_list]
+        _same_dtype([inp, *outs], "all_gather")
+        return t.allgather_list(outs, inp, async_op, tensor_list)
+
+    def _all_gather_into_tensor(self, output, input, async_op):
+        t = self._transport_of_all([output, input], "all_gather_into_tensor")
+        out, inp = t.adapt_output(output, "output_tensor"), t.adapt_input(input, "input_tensor")
+        _same_dtype([out, inp], "all_gather_into_tensor")
+        if out.size != inp.size * self._size:
+            raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
+                             f"group size {self._size} x input's {inp.size}")
+        return t.allgather(out, inp, async_op, output)
+
+    def _gather(self, tensor, gather_list, root, async_op):
+        self._check_root(root, "gather")
+        is_root = self._rank == root
+        if is_root:
+            if not gather_list:
+                raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
+            gather_list = _check_list(gather_list, "gather_list", self._size)
+        elif gather_list:
+            raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+        t = self._transport_of_all([tensor, *(gather_list or ())], "gather")
+        inp = t.adapt_input(tensor, "tensor")
+        outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
+        _same_dtype([inp, *(outs or ())], "gather")
+        return t.gather_list(outs, inp, root, async_op, gather_list or [])
+
+    def _scatter(self, tensor, scatter_list, root, async_op):
+        self._check_root(root, "scatter")
+        is_root = self._rank == root
+        if is_root:
+            if not scatter_list:
+                raise ValueError("Argument ``scatter_list`` must be specified on source rank.")
+            scatter_list = _check_list(scatter_list, "scatter_list", self._size)
+        elif scatter_list:
+            raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+        t = self._transport_of_all([tensor, *(scatter_list or ())], "scatter")
+        out = t.adapt_output(tensor, "tensor")
+        inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
+        _same_dtype([out, *(inps or ())], "scatter")
+        if inps is not None and any(i.size != out.size for i in inps):
+            raise ValueError("scatter: every array in scatter_list must have as many elements as the output")
+        return t.scatter_list(out, inps, root, async_op, tensor)
+
+    def _reduce_scatter(self, output, input_list, op, async_op):
+        check_reduce_op(op, "reduce_scatter")
+        input_list = _check_list(input_list, "input_list", self._size)
+        t = self._transport_of_all([output, *input_list], "reduce_scatter")
+        out = t.adapt_output(output, "output")
+        inps = [t.adapt_input(i, "input_list") for i in input_list]
+        _same_dtype([out, *inps], "reduce_scatter")
+        if inps[self._rank].size != out.size:
+            raise ValueError(f"reduce_scatter: input_list[{self._rank}] has {inps[self._rank].size} "
+                             f"elements but the output has {out.size}")
+        return t.reduce_scatter_list(out, inps, op, async_op, output)
+
+    def _reduce_scatter_tensor(self, output, input, op, async_op):
+        check_reduce_op(op, "reduce_scatter_tensor")
+        t = self._transport_of_all([output, input], "reduce_scatter_tensor")
+        out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
+        _same_dtype([out, inp], "reduce_scatter_tensor")
+        if inp.size != out.size * self._size:
+            raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
+                             f"group size {self._size} x output's {out.size}")
+        return t.reduce_scatter(out, inp, op, async_op, output)
+
+    def _all_to_all(self, output_tensor_list, input_tensor_list, async_op):
+        outs_user = _check_list(output_tensor_list, "output_tensor_list", self._size)
+        ins_user = _check_list(input_tensor_list, "input_tensor_list", self._size)
+        t = self._transport_of_all([*outs_user, *ins_user], "all_to_all")
+        outs = [t.adapt_output(o, "output_tensor_list") for o in outs_user]
+        inps = [t.adapt_input(i, "input_tensor_list") for i in ins_user]
+        _same_dtype([*outs, *inps], "all_to_all")
+        if outs[self._rank].size != inps[self._rank].size:
+            raise ValueError("all_to_all: the block a rank sends itself must match the block it receives")
+        return t.alltoall_list(outs, inps, async_op, outs_user)
+
+    def _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
+        t = self._transport_of_all([output, input], "all_to_all_single")
+        out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
+        _same_dtype([out, inp], "all_to_all_single")
+        out_counts = self._split_counts(out, output_split_sizes, "output")
+        in_counts = self._split_counts(inp, input_split_sizes, "input")
+        if out_counts is None and in_counts is None:
+            if out.size != inp.size:
+                raise ValueError(f"all_to_all_single: output has {out.size} elements but input has {inp.size}")
+        else:
+            out_counts = out_counts or self._split_counts(out, [out.shape[0] // self._size] * self._size, "output")
+            in_counts = in_counts or self._split_counts(inp, [inp.shape[0] // self._size] * self._size, "input")
+        return t.alltoall(out, inp, out_counts, in_counts, async_op, output)
+
+    def _split_counts(self, arr, split_sizes, name):
+        """Element counts per rank from split sizes along dim 0, or None for an even split."""
+        rows = arr.shape[0] if arr.ndim else 1
+        if not split_sizes:
+            if rows % self._size:
+                raise ValueError(f"all_to_all_single: {name} has {rows} rows along dim 0, which does "
+                                 f"not split evenly over {self._size} ranks; pass {name}_split_sizes")
+            return None
+        splits = [int(s) for s in split_sizes]
+        if len(splits) != self._size or any(s < 0 for s in splits) or sum(splits) != rows:
+            raise ValueError(f"all_to_all_single: {name}_split_sizes {splits} must hold {self._size} "
+                             f"non-negative sizes adding up to dim 0 of {name} ({rows})")
+        row = arr.size // rows if rows else 0
+        return [s * row for s in splits]
+
+    def _barrier(self, async_op):
+        transport = self._cpu if self._cpu is not None else self._transport_for_device("cpu")
+        return transport.barrier(async_op)
+
+    def _check_peer(self, peer, name):
+        self._check_root(peer, name)
+        if peer == self._rank:
+            kind = "destination" if name.endswith("send") else "source"
+            raise ValueError(f"Invalid {kind} rank: {kind} rank should not be the same as "
+                             "the rank of the current process.")
+
+    def _prepare_p2p(self, tensor, peer, tag, sending):
+        """Check a point-to-point operation; return (transport, array, peer, tag)."""
+        if sending or peer is not None:
+            self._check_peer(peer, "send" if sending else "recv")
+        t = self._transport(tensor)
+        arr = t.adapt_input(tensor, "tensor") if sending else t.adapt_output(tensor, "tensor")
+        return t, arr, peer, _check_tag(tag)
+
+    def _send(self, tensor, peer, tag, async_op):
+        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True)
+        return t.send(arr, peer, tag, async_op, tensor)
+
+    def _recv(self, tensor, peer, tag, async_op):
+        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False)
+        return t.recv(arr, peer, tag, async_op, tensor)
+
+    # ---- lifetime -------------------------------------------------------------------------
+    def _destroy(self) -> None:
+        for transport in self._transports.values():
+            transport.close()
+        self._transports.clear()
+        self._cpu = None
+        if self._comm is not None:
+            self._comm.Free()
+            self._comm = None
+
+
+def _check_tag(tag: Any) -> int:
+    if not isinstance(tag, int) or tag < 0:
+        raise ValueError(f"tag must be a non-negative int, got {tag!r}")
+    return tag

@@ -1,0 +1,88 @@
+"""The interface every transport (MPI on CPU, NCCL on GPU) implements for one process group.
+
+Named ``Transport`` because torch's public ``Backend`` is the string enum of backend names
+(see ``backend.py``). Arrays reach a transport already adapted by ``adapt_*``; ranks are group
+ranks; lists have been checked for length and dtype. Each method returns ``None`` when
+``async_op`` is false (the operation has completed) or a ``Work``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Sequence
+
+__all__ = ["Transport"]
+
+
+class Transport(abc.ABC):
+    """Collectives and point-to-point operations over one group's communicator."""
+
+    #: device type this transport serves ("cpu", "cuda").
+    device: str
+
+    @abc.abstractmethod
+    def adapt_input(self, x: Any, name: str) -> Any:
+        """Return a view of ``x`` to read from (contiguous; copied only if it was not)."""
+
+    @abc.abstractmethod
+    def adapt_output(self, x: Any, name: str) -> Any:
+        """Return a view of ``x`` to write into; ValueError if that is impossible in place."""
+
+    @abc.abstractmethod
+    def allreduce(self, buf, op, async_op, user):
+        """Reduce ``buf`` over the group into every rank's ``buf``."""
+
+    @abc.abstractmethod
+    def broadcast(self, buf, root, async_op, user):
+        """Copy root's ``buf`` into every rank's ``buf``."""
+
+    @abc.abstractmethod
+    def reduce(self, buf, root, op, async_op, user):
+        """Reduce ``buf`` over the group into root's ``buf``."""
+
+    @abc.abstractmethod
+    def allgather(self, out, inp, async_op, user):
+        """Concatenate every rank's ``inp`` into ``out`` (contiguous, group-rank order)."""
+
+    @abc.abstractmethod
+    def allgather_list(self, outs: Sequence, inp, async_op, user):
+        """Gather every rank's ``inp`` into ``outs[rank]`` on every rank."""
+
+    @abc.abstractmethod
+    def gather_list(self, outs: Sequence | None, inp, root, async_op, user):
+        """Gather every rank's ``inp`` into root's ``outs[rank]``."""
+
+    @abc.abstractmethod
+    def scatter_list(self, out, inps: Sequence | None, root, async_op, user):
+        """Send root's ``inps[rank]`` to each rank's ``out``."""
+
+    @abc.abstractmethod
+    def reduce_scatter(self, out, inp, op, async_op, user):
+        """Reduce ``inp`` (group-size blocks) and leave block ``rank`` in ``out``."""
+
+    @abc.abstractmethod
+    def reduce_scatter_list(self, out, inps: Sequence, op, async_op, user):
+        """Reduce ``inps[r]`` over the group into rank r's ``out``."""
+
+    @abc.abstractmethod
+    def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
+        """Exchange element blocks of ``inp`` (sizes ``in_counts``) into ``out`` (``out_counts``)."""
+
+    @abc.abstractmethod
+    def alltoall_list(self, outs: Sequence, inps: Sequence, async_op, user):
+        """Send ``inps[r]`` to rank r, receive rank r's block into ``outs[r]``."""
+
+    @abc.abstractmethod
+    def barrier(self, async_op):
+        """Wait until every rank of the group has arrived."""
+
+    @abc.abstractmethod
+    def send(self, buf, peer, tag, async_op, user):
+        """Send ``buf`` to group rank ``peer``."""
+
+    @abc.abstractmethod
+    def recv(self, buf, peer, tag, async_op, user):
+        """Receive into ``buf`` from group rank ``peer`` (None: any); blocking returns the source."""
+
+    def close(self) -> None:
+        """Release the transport's resources."""

@@ -1,0 +1,240 @@
+"""``Work`` handles for asynchronous operations, and the ``Future`` they hand out."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from .errors import DistBackendError
+
+__all__ = ["Work", "Future", "completed_work"]
+
+_POLL_START_S = 1e-6
+_POLL_MAX_S = 1e-3
+
+
+class Future:
+    """A value that becomes available when a ``Work`` completes (torch.futures.Future subset).
+
+    MPI has no completion callbacks, so a future attached to a Work completes when someone
+    asks it (``wait``, ``value``, ``done``) or waits on the Work; ``then`` callbacks run then.
+    """
+
+    __slots__ = ("_work", "_value", "_exception", "_done", "_callbacks")
+
+    def __init__(self, work: "Work | None" = None) -> None:
+        self._work = work
+        self._value: Any = None
+        self._exception: BaseException | None = None
+        self._done = False
+        self._callbacks: list[Callable[[Future], Any]] = []
+
+    def done(self) -> bool:
+        """Return True once the value (or an exception) is set."""
+        if not self._done and self._work is not None:
+            self._work.is_completed()
+        return self._done
+
+    def wait(self) -> Any:
+        """Block until done and return the value, raising the stored exception if any."""
+        if not self._done and self._work is not None:
+            self._work.wait()
+        if not self._done:
+            raise RuntimeError("Future.wait() on a future that nothing will complete")
+        return self.value()
+
+    def value(self) -> Any:
+        """Return the value of a completed future (raise its exception if it failed)."""
+        if not self.done():
+            raise RuntimeError("Future.value() called before the future completed")
+        if self._exception is not None:
+            raise self._exception
+        return self._value
+
+    def set_result(self, result: Any) -> None:
+        """Complete the future with ``result`` and run its callbacks."""
+        if self._done:
+            raise RuntimeError("Future already completed")
+        self._value = result
+        self._finish()
+
+    def set_exception(self, exc: BaseException) -> None:
+        """Complete the future with an exception and run its callbacks."""
+        if self._done:
+            raise RuntimeError("Future already completed")
+        self._exception = exc
+        self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback: Callable[["Future"], Any]) -> None:
+        """Run ``callback(self)`` when the future completes (now, if it already has)."""
+        if self._done:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def then(self, callback: Callable[["Future"], Any]) -> "Future":
+        """Return a future holding ``callback(self)``, computed when this one completes."""
+        chained = Future(self._work)
+
+        def run(fut: Future) -> None:
+            try:
+                chained.set_result(callback(fut))
+            except BaseException as exc:  # the chained future carries it, as torch does
+                chained.set_exception(exc)
+
+        self.add_done_callback(run)
+        return chained
+
+
+class Work:
+    """A pending operation: MPI requests, the arrays they use, and what to do when they finish.
+
+    The Work keeps every buffer alive until completion. ``finish`` (optional) runs once, after
+    the requests complete, for post-processing such as dividing for AVG or copying out of a
+    staging buffer. ``result()`` and the future's value are the output arrays, as in torch.
+    """
+
+    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception",
+                 "_future", "_status", "_op_name")
+
+    def __init__(
+        self,
+        requests: Sequence[Any] = (),
+        outputs: list | None = None,
+        finish: Callable[[], None] | None = None,
+        keep: Any = None,
+        status: Any = None,
+        op_name: str = "",
+    ) -> None:
+        self._requests = list(requests)
+        self._outputs = outputs if outputs is not None else []
+        self._finish = finish
+        self._keep = keep
+        self._status = status
+        self._op_name = op_name
+        self._done = False
+        self._exception: BaseException | None = None
+        self._future: Future | None = None
+
+    def _complete(self) -> None:
+        self._done = True
+        try:
+            if self._finish is not None:
+                self._finish()
+        except BaseException as exc:
+            self._exception = exc
+        self._requests = []
+        self._keep = None
+        future = self._future
+        if future is not None and not future._done:
+            if self._exception is None:
+                future.set_result(self._outputs)
+            else:
+                future.set_exception(self._exception)
+        if self._exception is not None:
+            raise self._exception
+
+    def is_completed(self) -> bool:
+        """Return True if the operation finished (never blocks)."""
+        if self._done:
+            return True
+        if self._requests and not self._test():
+            return False
+        self._complete()
+        return True
+
+    def _test(self) -> bool:
+        requests = self._requests
+        if len(requests) == 1:
+            return requests[0].Test(self._status)
+        return requests[0].Testall(requests)
+
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        """Block until the operation finishes; with ``timeout``, raise DistBackendError past it."""
+        if self._done:
+            if self._exception is not None:
+                raise self._exception
+            return True
+        requests = self._requests
+        if timeout is None:
+            if len(requests) == 1:
+                requests[0].Wait(self._status)
+            elif requests:
+                requests[0].Waitall(requests)
+        else:
+            self._wait_until(timeout)
+        self._complete()
+        return True
+
+    def _wait_until(self, timeout: timedelta | float) -> None:
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        deadline = time.monotonic() + seconds
+        pause = _POLL_START_S
+        while self._requests and not self._test():
+            if time.monotonic() > deadline:
+                raise DistBackendError(
+                    f"Work.wait timed out after {seconds:g} s waiting for {self._op_name or 'an operation'}"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX_S)
+
+    def synchronize(self) -> None:
+        """Same as ``wait()`` for CPU work."""
+        self.wait()
+
+    def is_success(self) -> bool:
+        """Return True if the operation completed without an error."""
+        return self.is_completed() and self._exception is None
+
+    def exception(self) -> BaseException | None:
+        """Return the error the operation ended with, if any."""
+        return self._exception
+
+    def result(self) -> list:
+        """Return the output arrays (complete or not, as torch does)."""
+        return self._outputs
+
+    def get_future(self) -> Future:
+        """Return a Future whose value is ``result()`` once the operation completes."""
+        if self._future is None:
+            self._future = Future(self)
+            if self._done:
+                self._future.set_result(self._outputs)
+        return self._future
+
+    def _source_rank(self) -> int:
+        """Return the group rank a completed receive came from."""
+        if self._status is None:
+            raise ValueError("_source_rank() is only defined for receives")
+        self.wait()
+        return self._status.Get_source()
+
+    def __repr__(self) -> str:
+        state = "completed" if self._done else "pending"
+        return f"<Work {self._op_name or '?'} {state}>"
+
+
+def completed_work(outputs: list | None = None, op_name: str = "") -> Work:
+    """Return a Work that is already done (blocking calls in the object API return one)."""
+    work = Work(outputs=outputs, op_name=op_name)
+    work._done = True
+    return work
+
+
+def combine_works(works: Sequence[Work], outputs: list, op_name: str) -> Work:
+    """Return one Work that completes when every Work in ``works`` has."""
+    requests = [request for work in works for request in work._requests]
+
+    def finish() -> None:
+        for work in works:
+            if not work._done:
+                work._complete()
+
+    return Work(requests, outputs, finish, keep=list(works), op_name=op_name)
