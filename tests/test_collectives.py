@@ -1,0 +1,498 @@
+"""Semantics of every blocking collective on numpy arrays: shapes (0-d, empty, 1-d, 3-d, large),
+every root, in-place outputs, non-contiguous inputs, rejected outputs, uneven all_to_all splits,
+and the deprecated aliases.  Dtype/op coverage lives in test_dtypes_ops.py."""
+import warnings
+
+import numpy as np
+import pytest
+
+import hpc_c10d as dist
+from _reference import (SHAPES, a2a_chunk, assert_same, empty_like_filled, rank_data,
+                        reduce_inputs, reduce_ref, split_count)
+
+pytestmark = pytest.mark.mpi
+
+LARGE = (300, 257)  # ~77k elements: bigger than any eager-protocol threshold
+ALL_SHAPES = SHAPES + [LARGE]
+DTYPES = [np.dtype(np.float64), np.dtype(np.int32)]
+ROOT_STYLES = ["global", "group_rank", "global_with_world_group"]
+
+
+def _shape_id(shape):
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def _root_kwargs(style, name, root):
+    """src=/dst= root spelled three ways; for WORLD, global and group ranks coincide."""
+    if style == "global":
+        return {name: root}
+    if style == "group_rank":
+        return {"group_" + name: root, "group": dist.group.WORLD}
+    return {name: root, "group": dist.group.WORLD}
+
+
+def _assert_in_sync(rank, size):
+    """A plain all_reduce after an expected error: proves no rank was left mid-collective."""
+    x = np.array([rank + 1], dtype=np.int64)
+    dist.all_reduce(x)
+    assert x[0] == size * (size + 1) // 2
+
+
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
+shapes = pytest.mark.parametrize("shape", ALL_SHAPES, ids=_shape_id)
+dtypes = pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+root_styles = pytest.mark.parametrize("style", ROOT_STYLES)
+
+
+# ------------------------------------------------------------------------------ broadcast
+
+@root_styles
+@shapes
+@dtypes
+def test_broadcast_every_root(world, rank, size, shape, dt, style):
+    for root in range(size):
+        x = rank_data(shape, dt, rank)
+        assert dist.broadcast(x, **_root_kwargs(style, "src", root)) is None
+        assert_same(x, rank_data(shape, dt, root))
+
+
+def test_broadcast_writes_through_a_view(world, rank, size):
+    for root in range(size):
+        base = np.full(12, -1.0)
+        view = base[3:9]
+        view[:] = rank_data((6,), np.float64, rank)
+        dist.broadcast(view, src=root)
+        expected = np.full(12, -1.0)
+        expected[3:9] = rank_data((6,), np.float64, root)
+        assert_same(base, expected)
+
+
+# ------------------------------------------------------------------------------ all_reduce
+
+@pytest.mark.parametrize("op", ["SUM", "MAX"])
+@shapes
+@dtypes
+def test_all_reduce_shapes(world, rank, size, shape, dt, op):
+    inputs = reduce_inputs(shape, dt, op, size)
+    x = inputs[rank].copy()
+    assert dist.all_reduce(x, op=getattr(dist.ReduceOp, op)) is None
+    assert_same(x, reduce_ref(inputs, op))
+
+
+def test_all_reduce_default_op_is_sum_and_explicit_world_group(world, rank, size):
+    inputs = reduce_inputs((5,), np.int64, "SUM", size)
+    x, y = inputs[rank].copy(), inputs[rank].copy()
+    dist.all_reduce(x)
+    dist.all_reduce(y, dist.ReduceOp.SUM, dist.group.WORLD)
+    assert_same(x, reduce_ref(inputs, "SUM"))
+    assert_same(y, reduce_ref(inputs, "SUM"))
+
+
+def test_all_reduce_writes_through_a_view(world, rank, size):
+    base = np.zeros((4, 6), dtype=np.int64)
+    base[1:3] = rank + 1
+    dist.all_reduce(base[1:3])
+    expected = np.zeros((4, 6), dtype=np.int64)
+    expected[1:3] = size * (size + 1) // 2
+    assert_same(base, expected)
+
+
+def test_all_reduce_repeated_on_same_buffer(world, rank, size):
+    x = np.array([rank + 1, 1], dtype=np.int64)
+    for _ in range(3):
+        dist.all_reduce(x)
+    s = size * (size + 1) // 2
+    assert_same(x, np.array([s * size**2, size**3], dtype=np.int64))
+
+
+@pytest.mark.parametrize("make", [lambda: np.arange(10.0)[::2],
+                                  lambda: np.arange(12.0).reshape(3, 4).T,
+                                  lambda: np.arange(24.0).reshape(2, 3, 4)[:, 1:, :]],
+                         ids=["strided", "transposed", "sliced-3d"])
+def test_all_reduce_noncontiguous_raises(world, rank, size, make):
+    x = make()
+    before = x.copy()
+    with pytest.raises(ValueError):
+        dist.all_reduce(x)
+    assert_same(x, before)
+    _assert_in_sync(rank, size)
+
+
+def test_all_reduce_readonly_raises(world, rank, size):
+    x = _readonly(np.arange(4.0))
+    with pytest.raises(ValueError):
+        dist.all_reduce(x)
+    assert_same(x, np.arange(4.0))
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ reduce
+
+@root_styles
+@shapes
+@dtypes
+def test_reduce_every_root(world, rank, size, shape, dt, style):
+    inputs = reduce_inputs(shape, dt, "SUM", size)
+    for root in range(size):
+        x = inputs[rank].copy()
+        assert dist.reduce(x, op=dist.ReduceOp.SUM, **_root_kwargs(style, "dst", root)) is None
+        assert_same(x, reduce_ref(inputs, "SUM") if rank == root else inputs[rank])
+
+
+def test_reduce_default_op_is_sum(world, rank, size):
+    for root in range(size):
+        x = np.array([rank, 2 * rank], dtype=np.int64)
+        dist.reduce(x, root)
+        t = size * (size - 1) // 2
+        assert_same(x, np.array([t, 2 * t]) if rank == root else np.array([rank, 2 * rank]))
+
+
+# ------------------------------------------------------------------------------ all_gather
+
+@shapes
+@dtypes
+def test_all_gather(world, rank, size, shape, dt):
+    outs = [empty_like_filled(shape, dt) for _ in range(size)]
+    ids = [id(o) for o in outs]
+    assert dist.all_gather(outs, rank_data(shape, dt, rank)) is None
+    assert [id(o) for o in outs] == ids  # results written into the caller's arrays
+    for r in range(size):
+        assert_same(outs[r], rank_data(shape, dt, r))
+
+
+def test_all_gather_noncontiguous_input(world, rank, size):
+    src = rank_data((6, 8), np.float32, rank)
+    outs = [np.zeros((3, 4), np.float32) for _ in range(size)]
+    dist.all_gather(outs, src[::2, 1::2])
+    for r in range(size):
+        assert_same(outs[r], rank_data((6, 8), np.float32, r)[::2, 1::2])
+
+
+def test_all_gather_noncontiguous_output_raises(world, rank, size):
+    outs = [np.zeros(8)[::2] for _ in range(size)]
+    with pytest.raises(ValueError):
+        dist.all_gather(outs, np.ones(4))
+    _assert_in_sync(rank, size)
+
+
+def test_all_gather_readonly_output_raises(world, rank, size):
+    outs = [_readonly(np.zeros(4)) for _ in range(size)]
+    with pytest.raises(ValueError):
+        dist.all_gather(outs, np.ones(4))
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ all_gather_into_tensor
+
+def _gathered_shapes(shape, size):
+    """Output layouts accepted for gathering ``shape`` from ``size`` ranks."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    layouts = {"stacked": (size,) + shape, "flat": (size * numel,)}
+    if shape:
+        layouts["concat"] = (size * shape[0],) + shape[1:]
+    return layouts
+
+
+@pytest.mark.parametrize("layout", ["concat", "stacked", "flat"])
+@shapes
+@dtypes
+def test_all_gather_into_tensor(world, rank, size, shape, dt, layout):
+    out_shape = _gathered_shapes(shape, size).get(layout)
+    if out_shape is None:
+        pytest.skip("a 0-d input has no dim 0 to concatenate along")
+    out = empty_like_filled(out_shape, dt)
+    assert dist.all_gather_into_tensor(out, rank_data(shape, dt, rank)) is None
+    expected = np.stack([rank_data(shape, dt, r) for r in range(size)]).reshape(out_shape)
+    assert_same(out, expected)
+
+
+def test_all_gather_into_tensor_noncontiguous_input(world, rank, size):
+    src = rank_data((4, 10), np.int32, rank)
+    out = np.zeros((4 * size, 5), np.int32)
+    dist.all_gather_into_tensor(out, src[:, ::2])
+    assert_same(out, np.concatenate([rank_data((4, 10), np.int32, r)[:, ::2]
+                                     for r in range(size)]))
+
+
+@pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
+def test_all_gather_into_tensor_bad_output_raises(world, rank, size, bad):
+    out = np.zeros(4 * size)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2 * size))
+    with pytest.raises(ValueError):
+        dist.all_gather_into_tensor(out, np.ones(2))
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ gather
+
+@root_styles
+@shapes
+@dtypes
+def test_gather_every_root(world, rank, size, shape, dt, style):
+    for root in range(size):
+        glist = [empty_like_filled(shape, dt) for _ in range(size)] if rank == root else None
+        ids = [id(g) for g in glist] if glist else None
+        assert dist.gather(rank_data(shape, dt, rank), gather_list=glist,
+                           **_root_kwargs(style, "dst", root)) is None
+        if rank == root:
+            assert [id(g) for g in glist] == ids
+            for r in range(size):
+                assert_same(glist[r], rank_data(shape, dt, r))
+
+
+def test_gather_default_dst_is_rank_0(world, rank, size):
+    glist = [np.zeros(3) for _ in range(size)] if rank == 0 else None
+    dist.gather(np.full(3, float(rank)), glist)
+    if rank == 0:
+        for r in range(size):
+            assert_same(glist[r], np.full(3, float(r)))
+
+
+def test_gather_noncontiguous_input(world, rank, size):
+    for root in range(size):
+        src = rank_data((5, 4), np.float64, rank)
+        glist = [np.zeros(5) for _ in range(size)] if rank == root else None
+        dist.gather(src[:, 2], glist, dst=root)
+        if rank == root:
+            for r in range(size):
+                assert_same(glist[r], rank_data((5, 4), np.float64, r)[:, 2])
+
+
+# ------------------------------------------------------------------------------ scatter
+
+@root_styles
+@shapes
+@dtypes
+def test_scatter_every_root(world, rank, size, shape, dt, style):
+    for root in range(size):
+        slist = ([rank_data(shape, dt, 5 * root + k) for k in range(size)]
+                 if rank == root else None)
+        out = empty_like_filled(shape, dt)
+        assert dist.scatter(out, scatter_list=slist, **_root_kwargs(style, "src", root)) is None
+        assert_same(out, rank_data(shape, dt, 5 * root + rank))
+
+
+def test_scatter_default_src_is_rank_0(world, rank, size):
+    slist = [np.full(2, 10.0 + k) for k in range(size)] if rank == 0 else None
+    out = np.zeros(2)
+    dist.scatter(out, slist)
+    assert_same(out, np.full(2, 10.0 + rank))
+
+
+def test_scatter_noncontiguous_inputs(world, rank, size):
+    for root in range(size):
+        big = rank_data((size, 8), np.int64, root)
+        slist = [big[k, ::2] for k in range(size)] if rank == root else None
+        out = np.zeros(4, np.int64)
+        dist.scatter(out, slist, src=root)
+        assert_same(out, rank_data((size, 8), np.int64, root)[rank, ::2])
+
+
+def test_scatter_readonly_output_raises(world, rank, size):
+    slist = [np.ones(2) for _ in range(size)] if rank == 0 else None
+    with pytest.raises(ValueError):
+        dist.scatter(_readonly(np.zeros(2)), slist, src=0)
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ reduce_scatter
+
+@shapes
+@dtypes
+def test_reduce_scatter(world, rank, size, shape, dt):
+    inputs = reduce_inputs((size,) + shape, dt, "SUM", size)
+    out = empty_like_filled(shape, dt)
+    assert dist.reduce_scatter(out, [inputs[rank][k] for k in range(size)]) is None
+    assert_same(out, reduce_ref(inputs, "SUM")[rank])
+
+
+def test_reduce_scatter_noncontiguous_inputs(world, rank, size):
+    inputs = reduce_inputs((size, 6), np.float32, "SUM", size)
+    wide = np.zeros((size, 12), np.float32)
+    wide[:, ::2] = inputs[rank]
+    out = np.zeros(6, np.float32)
+    dist.reduce_scatter(out, [wide[k, ::2] for k in range(size)], op=dist.ReduceOp.SUM)
+    assert_same(out, reduce_ref(inputs, "SUM")[rank])
+
+
+@pytest.mark.parametrize("layout", ["concat", "stacked", "flat"])
+@shapes
+@dtypes
+def test_reduce_scatter_tensor(world, rank, size, shape, dt, layout):
+    in_shape = _gathered_shapes(shape, size).get(layout)
+    if in_shape is None:
+        pytest.skip("a 0-d output has no dim 0 to concatenate along")
+    inputs = reduce_inputs((size,) + shape, dt, "MAX", size)
+    out = empty_like_filled(shape, dt)
+    inp = inputs[rank].reshape(in_shape)
+    assert dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.MAX) is None
+    assert_same(out, reduce_ref(inputs, "MAX")[rank])
+
+
+def test_reduce_scatter_tensor_noncontiguous_input(world, rank, size):
+    inputs = reduce_inputs((size, 3), np.int64, "SUM", size)
+    wide = np.zeros((size, 3, 2), np.int64)
+    wide[:, :, 1] = inputs[rank]
+    out = np.zeros(3, np.int64)
+    dist.reduce_scatter_tensor(out, wide[:, :, 1])
+    assert_same(out, reduce_ref(inputs, "SUM")[rank])
+
+
+@pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
+def test_reduce_scatter_tensor_bad_output_raises(world, rank, size, bad):
+    out = np.zeros(4)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2))
+    with pytest.raises(ValueError):
+        dist.reduce_scatter_tensor(out, np.ones(2 * size))
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ all_to_all
+
+@pytest.mark.parametrize("tail", [(), (3,), (2, 2)], ids=["1d", "2d", "3d"])
+@dtypes
+def test_all_to_all_uneven(world, rank, size, dt, tail):
+    inp = [a2a_chunk(rank, p, dt, split_count(rank, p), tail) for p in range(size)]
+    out = [empty_like_filled((split_count(p, rank),) + tail, dt) for p in range(size)]
+    ids = [id(o) for o in out]
+    assert dist.all_to_all(out, inp) is None
+    assert [id(o) for o in out] == ids
+    for p in range(size):
+        assert_same(out[p], a2a_chunk(p, rank, dt, split_count(p, rank), tail))
+
+
+def test_all_to_all_scalars_and_noncontiguous_inputs(world, rank, size):
+    big = np.arange(4 * size, dtype=np.float64) + 100 * rank
+    inp = [big[p * 4:(p + 1) * 4:2] for p in range(size)]  # strided views
+    out = [np.zeros(2) for _ in range(size)]
+    dist.all_to_all(out, inp)
+    for p in range(size):
+        assert_same(out[p], (np.arange(4 * size, dtype=np.float64) + 100 * p)[rank * 4:
+                                                                               (rank + 1) * 4:2])
+    out0 = [np.array(0, np.int64) for _ in range(size)]
+    dist.all_to_all(out0, [np.array(10 * rank + p, np.int64) for p in range(size)])
+    for p in range(size):
+        assert_same(out0[p], np.array(10 * p + rank, np.int64))
+
+
+# ------------------------------------------------------------------------------ all_to_all_single
+
+@pytest.mark.parametrize("tail", [(), (3, 2)], ids=["1d", "3d"])
+@dtypes
+def test_all_to_all_single_even(world, rank, size, dt, tail):
+    rows = 2
+    inp = np.concatenate([a2a_chunk(rank, p, dt, rows, tail) for p in range(size)])
+    out = empty_like_filled((rows * size,) + tail, dt)
+    assert dist.all_to_all_single(out, inp) is None
+    assert_same(out, np.concatenate([a2a_chunk(p, rank, dt, rows, tail) for p in range(size)]))
+
+
+@pytest.mark.parametrize("tail", [(), (3,), (3, 2)], ids=["1d", "2d", "3d"])
+@dtypes
+def test_all_to_all_single_uneven(world, rank, size, dt, tail):
+    in_splits = [split_count(rank, p) for p in range(size)]
+    out_splits = [split_count(p, rank) for p in range(size)]
+    inp = np.concatenate([a2a_chunk(rank, p, dt, in_splits[p], tail) for p in range(size)])
+    out = empty_like_filled((sum(out_splits),) + tail, dt)
+    assert dist.all_to_all_single(out, inp, out_splits, in_splits) is None
+    expected = np.concatenate([a2a_chunk(p, rank, dt, out_splits[p], tail) for p in range(size)])
+    assert_same(out, expected)
+
+
+def test_all_to_all_single_uneven_keywords_and_large(world, rank, size):
+    # thousands of rows per peer, passed by keyword
+    def rows(src, dst):
+        return 1000 * split_count(src, dst) + 7
+
+    in_splits = [rows(rank, p) for p in range(size)]
+    out_splits = [rows(p, rank) for p in range(size)]
+    inp = np.concatenate([a2a_chunk(rank, p, np.int32, in_splits[p], (5,)) for p in range(size)])
+    out = np.zeros((sum(out_splits), 5), np.int32)
+    dist.all_to_all_single(out, inp, output_split_sizes=out_splits,
+                           input_split_sizes=in_splits, group=dist.group.WORLD)
+    expected = np.concatenate([a2a_chunk(p, rank, np.int32, out_splits[p], (5,))
+                               for p in range(size)])
+    assert_same(out, expected)
+
+
+def test_all_to_all_single_noncontiguous_input(world, rank, size):
+    inp_full = np.concatenate([a2a_chunk(rank, p, np.float64, 2, (6,)) for p in range(size)])
+    out = np.zeros((2 * size, 3))
+    dist.all_to_all_single(out, inp_full[:, ::2])
+    assert_same(out, np.concatenate([a2a_chunk(p, rank, np.float64, 2, (6,))[:, ::2]
+                                     for p in range(size)]))
+
+
+@pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
+def test_all_to_all_single_bad_output_raises(world, rank, size, bad):
+    out = np.zeros(4 * size)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2 * size))
+    with pytest.raises(ValueError):
+        dist.all_to_all_single(out, np.ones(2 * size))
+    _assert_in_sync(rank, size)
+
+
+# ------------------------------------------------------------------------------ barrier
+
+def test_barrier(world, rank, size):
+    assert dist.barrier() is None
+    assert dist.barrier(group=dist.group.WORLD) is None
+    x = np.array([float(rank)])
+    dist.all_reduce(x)
+    assert dist.barrier() is None
+    assert_same(x, np.array([size * (size - 1) / 2]))
+
+
+# ------------------------------------------------------------------------------ deprecated aliases
+
+def _deprecation_warned():
+    return pytest.warns((FutureWarning, DeprecationWarning))
+
+
+def test_all_reduce_coalesced(world, rank, size):
+    a_in = reduce_inputs((5,), np.float32, "SUM", size)
+    b_in = reduce_inputs((2, 3), np.float32, "SUM", size)
+    a, b = a_in[rank].copy(), b_in[rank].copy()
+    with _deprecation_warned():
+        dist.all_reduce_coalesced([a, b], op=dist.ReduceOp.SUM)
+    assert_same(a, reduce_ref(a_in, "SUM"))
+    assert_same(b, reduce_ref(b_in, "SUM"))
+
+
+def test_all_gather_coalesced(world, rank, size):
+    shapes_ = [(3,), (2, 2), ()]
+    inputs = [rank_data(s, np.int64, rank) for s in shapes_]
+    outputs = [[np.zeros(s, np.int64) for s in shapes_] for _ in range(size)]
+    with _deprecation_warned():
+        dist.all_gather_coalesced(outputs, inputs)
+    for r in range(size):
+        for j, s in enumerate(shapes_):
+            assert_same(outputs[r][j], rank_data(s, np.int64, r))
+
+
+def test_all_gather_base(world, rank, size):
+    out = np.zeros((2 * size, 3))
+    with _deprecation_warned():
+        dist._all_gather_base(out, rank_data((2, 3), np.float64, rank))
+    assert_same(out, np.concatenate([rank_data((2, 3), np.float64, r) for r in range(size)]))
+
+
+def test_reduce_scatter_base(world, rank, size):
+    inputs = reduce_inputs((2 * size, 3), np.int16, "SUM", size)
+    out = np.zeros((2, 3), np.int16)
+    with _deprecation_warned():
+        dist._reduce_scatter_base(out, inputs[rank].copy(), op=dist.ReduceOp.SUM)
+    assert_same(out, reduce_ref(inputs, "SUM")[2 * rank:2 * rank + 2])
+
+
+def test_deprecated_aliases_without_warning_checks(world, rank, size):
+    """The aliases keep working when the warnings are filtered away entirely."""
+    x = np.array([rank + 1.0])
+    out = np.zeros(size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist.all_reduce_coalesced([x])
+        dist._all_gather_base(out, np.array([float(rank)]))
+    assert_same(x, np.array([size * (size + 1) / 2]))
+    assert_same(out, np.arange(size, dtype=np.float64))
