@@ -42,10 +42,6 @@ def _options(opts: Any, cls: type, **plain: Any) -> Any:
     return made
 
 
-def _always_work(result: Any, outputs: list) -> Work:
-    return result if isinstance(result, Work) else Work(outputs=outputs)
-
-
 class TorchProcessGroupAPI:
     """Mixin for ``ProcessGroup``: the method names and overloads of torch's ProcessGroup."""
 
@@ -88,8 +84,7 @@ class TorchProcessGroupAPI:
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
         outputs = _one(output_tensors, "output_tensors") if output_tensors else None
-        result = self._gather(_one(input_tensors, "input_tensors"), outputs, opts.rootRank, True)
-        return _always_work(result, outputs or [])
+        return self._gather(_one(input_tensors, "input_tensors"), outputs, opts.rootRank, True)
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, ScatterOptions) else _options(None, ScatterOptions, rootRank=opts)

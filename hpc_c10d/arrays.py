@@ -119,6 +119,10 @@ def as_input(x: Any, name: str = "tensor") -> np.ndarray:
 
 def as_output(x: Any, name: str = "tensor") -> np.ndarray:
     """Adapt an array the collective writes into: it must be C-contiguous and writable."""
+    if type(x) is np.ndarray:  # the hot path: one flags object, no function calls
+        flags = x.flags
+        if flags.c_contiguous and flags.writeable and x.dtype in _SUPPORTED:
+            return x
     arr = as_array(x, name)
     flags = arr.flags
     if not flags.c_contiguous:

@@ -152,7 +152,9 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _all_reduce(self, tensor, op, async_op):
         if type(op) is not RedOpType:
             check_reduce_op(op, "all_reduce")
-        t = self._transport(tensor)
+        t = self._cpu
+        if t is None or type(tensor) is not np.ndarray:
+            t = self._transport(tensor)
         return t.allreduce(t.adapt_output(tensor, "tensor"), op, async_op, tensor)
 
     def _broadcast(self, tensor, root, async_op):

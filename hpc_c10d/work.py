@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import DistBackendError
 
-__all__ = ["Work", "Future", "completed_work"]
+__all__ = ["Work", "Future", "combine_works"]
 
 _POLL_START_S = 1e-6
 _POLL_MAX_S = 1e-3
@@ -113,7 +113,7 @@ class Work:
         status: Any = None,
         op_name: str = "",
     ) -> None:
-        self._requests = list(requests)
+        self._requests = requests
         self._outputs = outputs if outputs is not None else []
         self._finish = finish
         self._keep = keep
@@ -125,19 +125,18 @@ class Work:
 
     def _complete(self) -> None:
         self._done = True
-        try:
-            if self._finish is not None:
+        if self._finish is not None:
+            try:
                 self._finish()
-        except BaseException as exc:
-            self._exception = exc
-        self._requests = []
+            except BaseException as exc:
+                self._exception = exc
+        self._requests = ()
         self._keep = None
-        future = self._future
-        if future is not None and not future._done:
+        if self._future is not None and not self._future._done:
             if self._exception is None:
-                future.set_result(self._outputs)
+                self._future.set_result(self._outputs)
             else:
-                future.set_exception(self._exception)
+                self._future.set_exception(self._exception)
         if self._exception is not None:
             raise self._exception
 
@@ -219,13 +218,6 @@ class Work:
     def __repr__(self) -> str:
         state = "completed" if self._done else "pending"
         return f"<Work {self._op_name or '?'} {state}>"
-
-
-def completed_work(outputs: list | None = None, op_name: str = "") -> Work:
-    """Return a Work that is already done (blocking calls in the object API return one)."""
-    work = Work(outputs=outputs, op_name=op_name)
-    work._done = True
-    return work
 
 
 def combine_works(works: Sequence[Work], outputs: list, op_name: str) -> Work:

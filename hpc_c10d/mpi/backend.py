@@ -18,7 +18,7 @@ from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
 from ..transport import Transport
 from ..work import Work
-from .ops import mpi_datatype, reduction
+from .ops import _reductions, mpi_datatype, reduction
 
 __all__ = ["MPIBackend"]
 
@@ -94,13 +94,12 @@ class MPIBackend(Transport):
         return red, factor, average
 
     def allreduce(self, buf, op, async_op, user):
-        if type(op) is RedOpType:  # the hot path: no closure, no scaling
-            red = reduction(op, buf.dtype, "all_reduce")
+        if type(op) is RedOpType:  # the hot path: a cached table entry, no closure, no scaling
+            red = _reductions.get((op, buf.dtype)) or reduction(op, buf.dtype, "all_reduce")
             if not red.average:
                 recv = (buf, red.datatype)
                 if async_op:
-                    return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user],
-                                keep=buf, op_name="all_reduce")
+                    return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
                 self._comm.Allreduce(_IN_PLACE, recv, red.op)
                 return None
         red, factor, average = self._reduction(buf, op, "all_reduce")

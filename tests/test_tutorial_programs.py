@@ -1,0 +1,68 @@
+"""Run the programs in tests/programs/ under mpiexec at 1-4 ranks; each must exit 0.
+
+A serial test: it launches mpiexec itself, so it is not marked mpi. Under a multi-rank
+mpiexec it skips (every rank would start its own nested jobs on the same cores).
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS = os.path.join(ROOT, "tests", "programs")
+TIMEOUT_S = 120
+
+# program -> world sizes where it means something
+RUNS = {
+    "tutorial_send_recv.py": (2, 3, 4),  # rank 0 sends to the others: needs a second rank
+    "tutorial_ring.py": (1, 2, 3, 4),
+    "tutorial_ddp_torch.py": (1, 2, 3, 4),
+    "tutorial_ddp_numpy.py": (1, 2, 3, 4),
+    "reinit_and_subcomm.py": (1, 2, 3, 4),
+    "mpi_initialized_first.py": (1, 2, 3, 4),
+}
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
+
+
+def _mpiexec():
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+
+
+def _outer_world_size():
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 1
+
+
+def test_every_program_is_listed():
+    on_disk = {f for f in os.listdir(PROGRAMS) if f.endswith(".py")}
+    assert on_disk == set(RUNS)
+
+
+@pytest.mark.skipif(_outer_world_size() > 1, reason="serial test that starts mpiexec itself; run without mpiexec")
+@pytest.mark.skipif(_mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+@pytest.mark.parametrize(
+    "program, nprocs",
+    [(p, n) for p, sizes in RUNS.items() for n in sizes],
+    ids=[f"{p[:-3]}-n{n}" for p, sizes in RUNS.items() for n in sizes],
+)
+def test_program_exits_zero(program, nprocs):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    cmd = [_mpiexec(), "-n", str(nprocs), sys.executable, os.path.join(PROGRAMS, program)]
+    if shutil.which("timeout"):
+        cmd = ["timeout", str(TIMEOUT_S)] + cmd
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{program} at -n {nprocs} did not finish in {TIMEOUT_S + 30} s\n"
+                    f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    assert proc.returncode == 0, (
+        f"{' '.join(cmd)} exited {proc.returncode}"
+        + (" (timed out)" if proc.returncode == 124 else "")
+        + f"\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    )
