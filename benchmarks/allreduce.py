@@ -199,7 +199,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=0, help="calls per timed batch at every size (default: auto, see --batch-ms)")
     ap.add_argument("--batch-ms", type=float, default=10.0, help="auto mode: target duration of a raw batch (default 10 ms)")
     ap.add_argument("--max-iters", type=int, default=2000, help="auto mode: cap on calls per batch (default 2000)")
-    ap.add_argument("--rounds", type=int, default=15, help="timed rounds per size and implementation (default 15)")
+    ap.add_argument("--rounds", type=int, default=21, help="timed rounds per size and implementation (default 21)")
     ap.add_argument("--time-budget", type=float, default=90.0,
                     help="seconds for the whole sweep; large sizes get fewer rounds (>= 5) to fit (default 90; 0 = off)")
     ap.add_argument("--dist-input", choices=("numpy", "torch", "both"), default="numpy",

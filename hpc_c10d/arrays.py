@@ -43,7 +43,7 @@ def device_type(x: Any) -> str:
         return "cpu"
     tensor = _torch_tensor_type()
     if tensor is not None and isinstance(x, tensor):
-        return x.device.type
+        return "cuda" if x.is_cuda else "cpu" if x.is_cpu else x.device.type
     if isinstance(x, np.ndarray):
         return "cpu"
     if hasattr(x, "__cuda_array_interface__"):
@@ -72,12 +72,14 @@ def _has_buffer(x: Any) -> bool:
 def _torch_to_numpy(t: Any) -> np.ndarray:
     import torch
 
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise TypeError(f"a tensor on {t.device} reached the CPU backend")
-    t = t.detach()
-    if t.dtype is torch.bfloat16:
+    if t.requires_grad:
+        t = t.detach()
+    dtype = t.dtype
+    if dtype is torch.bfloat16:
         return t.view(torch.int16).numpy().view(bfloat16)
-    if t.is_conj() or t.is_neg():
+    if dtype in (torch.complex64, torch.complex128) and (t.is_conj() or t.is_neg()):
         raise ValueError("tensors with a lazy conj/neg bit must be resolved first (tensor.resolve_conj())")
     return t.numpy()
 
