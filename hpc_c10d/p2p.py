@@ -94,7 +94,7 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if pg is None:
         warn_not_in_group("batch_isend_irecv")
         return []
-    prepared = [(p, pg._prepare_p2p(p.tensor, p.group_peer, p.tag, p.op is isend)) for p in p2p_op_list]
+    prepared = [(p, pg._prepare_p2p(p.tensor, p.group_peer, p.tag, p.op is isend, True)) for p in p2p_op_list]
     works = []
     for p, (transport, arr, peer, tag) in prepared:
         start = transport.send if p.op is isend else transport.recv

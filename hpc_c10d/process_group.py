@@ -43,6 +43,14 @@ def _same_dtype(arrays: Sequence[np.ndarray], name: str) -> None:
                          f"found {', '.join(sorted(map(str, dtypes)))}")
 
 
+def _same_size(arrays: Sequence[np.ndarray], like: np.ndarray, op_name: str, name: str) -> None:
+    """Every block must match ``like``: a check each rank makes alone, so all ranks agree on it."""
+    for i, a in enumerate(arrays):
+        if a.size != like.size:
+            raise ValueError(f"{op_name}: {name}[{i}] has {a.size} elements but every block must have "
+                             f"{like.size}, like this rank's {'input' if name != 'scatter_list' else 'output'}")
+
+
 class ProcessGroup(TorchProcessGroupAPI):
     """A group of ranks with its own MPI communicator (torch's ``ProcessGroup``)."""
 
@@ -174,6 +182,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "tensor_list") for o in tensor_list]
         _same_dtype([inp, *outs], "all_gather")
+        _same_size(outs, inp, "all_gather", "tensor_list")
         return t.allgather_list(outs, inp, async_op, tensor_list)
 
     def _all_gather_into_tensor(self, output, input, async_op):
@@ -198,6 +207,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
         _same_dtype([inp, *(outs or ())], "gather")
+        _same_size(outs or (), inp, "gather", "gather_list")
         return t.gather_list(outs, inp, root, async_op, gather_list or [])
 
     def _scatter(self, tensor, scatter_list, root, async_op):
@@ -213,8 +223,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         out = t.adapt_output(tensor, "tensor")
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
         _same_dtype([out, *(inps or ())], "scatter")
-        if inps is not None and any(i.size != out.size for i in inps):
-            raise ValueError("scatter: every array in scatter_list must have as many elements as the output")
+        _same_size(inps or (), out, "scatter", "scatter_list")
         return t.scatter_list(out, inps, root, async_op, tensor)
 
     def _reduce_scatter(self, output, input_list, op, async_op):
@@ -224,9 +233,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         out = t.adapt_output(output, "output")
         inps = [t.adapt_input(i, "input_list") for i in input_list]
         _same_dtype([out, *inps], "reduce_scatter")
-        if inps[self._rank].size != out.size:
-            raise ValueError(f"reduce_scatter: input_list[{self._rank}] has {inps[self._rank].size} "
-                             f"elements but the output has {out.size}")
+        _same_size(inps, out, "reduce_scatter", "input_list")
         return t.reduce_scatter_list(out, inps, op, async_op, output)
 
     def _reduce_scatter_tensor(self, output, input, op, async_op):
@@ -283,27 +290,27 @@ class ProcessGroup(TorchProcessGroupAPI):
         transport = self._cpu if self._cpu is not None else self._transport_for_device("cpu")
         return transport.barrier(async_op)
 
-    def _check_peer(self, peer, name):
+    def _check_peer(self, peer, name, allow_self=False):
         self._check_root(peer, name)
-        if peer == self._rank:
+        if peer == self._rank and not allow_self:  # only blocking send/recv would deadlock on self
             kind = "destination" if name.endswith("send") else "source"
             raise ValueError(f"Invalid {kind} rank: {kind} rank should not be the same as "
                              "the rank of the current process.")
 
-    def _prepare_p2p(self, tensor, peer, tag, sending):
+    def _prepare_p2p(self, tensor, peer, tag, sending, async_op):
         """Check a point-to-point operation; return (transport, array, peer, tag)."""
-        if sending or peer is not None:
-            self._check_peer(peer, "send" if sending else "recv")
         t = self._transport(tensor)
         arr = t.adapt_input(tensor, "tensor") if sending else t.adapt_output(tensor, "tensor")
+        if sending or peer is not None:
+            self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
         return t, arr, peer, _check_tag(tag)
 
     def _send(self, tensor, peer, tag, async_op):
-        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True)
+        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
         return t.send(arr, peer, tag, async_op, tensor)
 
     def _recv(self, tensor, peer, tag, async_op):
-        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False)
+        t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
         return t.recv(arr, peer, tag, async_op, tensor)
 
     # ---- lifetime -------------------------------------------------------------------------

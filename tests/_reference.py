@@ -191,3 +191,49 @@ def a2a_chunk(src, dst, dt, rows, tail=()):
     if dt == np.bool_:
         return ((i + src + 2 * dst) % 3 == 0)
     return (16 * (src % 4) + 4 * (dst % 4) + i % 4).astype(dt)
+
+
+class Deferred:
+    """Collects (actual, expected) pairs while collectives run and checks them only at the end.
+
+    A failed comparison inside a loop of collectives (e.g. one per root) would make that rank
+    leave the test while the others still enter the next collective, which deadlocks or
+    cross-matches later tests.  Recording first and verifying after the last collective keeps
+    every rank in step even when the library is wrong.
+    """
+
+    def __init__(self, check=assert_same):
+        self.check = check
+        self.items = []
+
+    def __call__(self, label, actual, expected):
+        snap = actual.copy() if isinstance(actual, np.ndarray) else actual.clone()
+        self.items.append((label, snap, expected))
+
+    def verify(self):
+        for label, actual, expected in self.items:
+            try:
+                self.check(actual, expected)
+            except AssertionError as exc:
+                raise AssertionError(f"[{label}] {exc}") from None
+
+
+def assert_in_sync():
+    """A plain all_reduce: proves no rank was left behind in (or ran ahead into) a collective."""
+    x = np.array([dist.get_rank() + 1], dtype=np.int64)
+    dist.all_reduce(x)
+    n = dist.get_world_size()
+    assert x[0] == n * (n + 1) // 2, "ranks are out of step"
+
+
+def raises_everywhere(fn, exc=ValueError):
+    """Call ``fn`` expecting ``exc`` on every rank; check the ranks are still in step, and only
+    then fail if it did not raise (so a missing error on one rank cannot deadlock the suite)."""
+    try:
+        fn()
+    except exc:
+        problem = None
+    else:
+        problem = f"{exc.__name__} was not raised"
+    assert_in_sync()
+    assert problem is None, problem

@@ -1,13 +1,16 @@
 """async_op=True: the Work handle API, Future values, and many outstanding operations
 completed in arbitrary (but rank-consistent) order."""
+import gc
 import random
+import time
 
 import numpy as np
 import pytest
 
 import hpc_c10d as dist
-from _reference import (a2a_chunk, assert_same, empty_like_filled, rank_data, reduce_inputs,
-                        reduce_ref, split_count)
+from _reference import (BFLOAT16, Deferred, a2a_chunk, assert_same, empty_like_filled,
+                        make_op, raises_everywhere, rank_data, reduce_inputs, reduce_ref,
+                        split_count)
 
 pytestmark = pytest.mark.mpi
 
@@ -153,44 +156,95 @@ def test_future_value_is_the_output_arrays(world, rank, size, name):
 def test_poll_then_wait(world, rank, size, name):
     start, outputs, expected, _ = CASES[name](rank, size)
     work = start()
-    for _ in range(10000):  # bounded: polling must not be the only way to make progress
-        if work.is_completed():
-            break
+    seen = Deferred()
+    if _poll(work):  # once is_completed() says so, the outputs are final, before any wait()
+        for i, (o, e) in enumerate(zip(outputs, expected)):
+            seen(f"output {i} when is_completed() first returned True", o, e)
     work.wait()
     assert work.is_completed()
+    seen.verify()
     _check(outputs, expected)
 
 
-def _launch_mixed(rank, size, n=20):
+def _poll(work, tries=20000):
+    """Poll is_completed() a bounded number of times; True if it reported completion."""
+    for _ in range(tries):
+        if work.is_completed():
+            return True
+        time.sleep(0)
+    return False
+
+
+def _finish(work, style):
+    """Complete ``work`` by wait(), by its future, or by polling is_completed() alone.
+    Results must be visible at that point, including post-processing such as AVG's division."""
+    if style == "wait":
+        work.wait()
+    elif style == "future":
+        work.get_future().wait()
+    elif not _poll(work):
+        work.wait()  # polling alone did not get there: fall back, the results still count
+
+
+REDUCTION_PAIRS = [(np.float32, "AVG"), (np.int16, "AVG"), (np.int64, "AVG"),
+                   (np.complex64, "AVG"), (BFLOAT16, "SUM"), (np.float16, "PREMUL_SUM"),
+                   (np.complex128, "PREMUL_SUM"), (np.bool_, "BXOR"), (np.bool_, "MIN"),
+                   (BFLOAT16, "PRODUCT"), (np.uint8, "BAND")]
+
+
+@pytest.mark.parametrize("style", ["wait", "future", "poll"])
+@pytest.mark.parametrize("pair", REDUCTION_PAIRS,
+                         ids=lambda p: f"{np.dtype(p[0]).name}-{p[1]}")
+def test_async_reductions(world, rank, size, pair, style):
+    dt, op = pair
+    inputs = reduce_inputs((3, 7), dt, op, size)
+    expected = reduce_ref(inputs, op)
+    root = size - 1
+    x = inputs[rank].copy()
+    y = inputs[rank].copy()
+    rs_inputs = reduce_inputs((size, 7), dt, op, size)
+    z = empty_like_filled((7,), dt)
+    works = [dist.all_reduce(x, op=make_op(op), async_op=True),
+             dist.reduce(y, dst=root, op=make_op(op), async_op=True),
+             dist.reduce_scatter_tensor(z, rs_inputs[rank].copy(), op=make_op(op), async_op=True)]
+    for w in reversed(works):
+        _finish(w, style)
+    assert_same(x, expected)
+    assert_same(y, expected if rank == root else inputs[rank])
+    assert_same(z, reduce_ref(rs_inputs, op)[rank])
+
+
+def _launch_mixed(rank, size, elems, n=20):
     """n outstanding ops on distinct buffers: all_reduce / broadcast / all_gather_into_tensor."""
     works, outputs, expected = [], [], []
     for i in range(n):
         kind = i % 3
         if kind == 0:
-            inputs = [np.arange(8, dtype=np.int64) * (r + 1) + i for r in range(size)]
+            inputs = [np.arange(elems, dtype=np.int64) * (r + 1) + i for r in range(size)]
             x = inputs[rank].copy()
             works.append(dist.all_reduce(x, async_op=True))
             outputs.append(x)
             expected.append(reduce_ref(inputs, "SUM"))
         elif kind == 1:
             root = i % size
-            x = rank_data((9,), np.float64, rank + i)
+            x = rank_data((elems,), np.float64, rank + i)
             works.append(dist.broadcast(x, src=root, async_op=True))
             outputs.append(x)
-            expected.append(rank_data((9,), np.float64, root + i))
+            expected.append(rank_data((elems,), np.float64, root + i))
         else:
-            out = np.zeros((size, 4), np.float32)
+            out = np.zeros((size, elems), np.float32)
             works.append(dist.all_gather_into_tensor(
-                out, np.full(4, 100 * i + rank, np.float32), async_op=True))
+                out, np.full(elems, 100 * i + rank, np.float32), async_op=True))
             outputs.append(out)
-            expected.append(np.stack([np.full(4, 100 * i + r, np.float32)
+            expected.append(np.stack([np.full(elems, 100 * i + r, np.float32)
                                       for r in range(size)]))
     return works, outputs, expected
 
 
+@pytest.mark.parametrize("elems", [9, 40000], ids=["small", "large"])
 @pytest.mark.parametrize("order", ["forward", "reversed", "shuffled", "futures-shuffled"])
-def test_many_outstanding_ops(world, rank, size, order):
-    works, outputs, expected = _launch_mixed(rank, size)
+def test_many_outstanding_ops(world, rank, size, order, elems):
+    works, outputs, expected = _launch_mixed(rank, size, elems)
     idx = list(range(len(works)))
     if order == "reversed":
         idx.reverse()
@@ -261,11 +315,45 @@ def test_async_output_untouched_by_later_ops_on_other_buffers(world, rank, size)
     assert_same(y, np.full(1000, 10.0 * size))
 
 
+def test_inputs_need_no_caller_reference(world, rank, size):
+    """Inputs passed as temporaries (incl. non-contiguous views the library must copy) are
+    kept alive by the library until the op completes; freed memory is recycled meanwhile."""
+    ag = [np.zeros(3000) for _ in range(size)]
+    w1 = dist.all_gather(ag, rank_data((2, 3000), np.float64, rank)[1], async_op=True)
+    agt = np.zeros((size, 3000), np.int32)
+    w2 = dist.all_gather_into_tensor(agt, rank_data((3000, 2), np.int32, rank)[:, 1],
+                                     async_op=True)
+    a2a = np.zeros((2 * size, 500))
+    w3 = dist.all_to_all_single(a2a, np.concatenate([a2a_chunk(rank, p, np.float64, 2, (1000,))
+                                                     for p in range(size)])[:, ::2],
+                                async_op=True)
+    sc = np.zeros(2000, np.int64)
+    w4 = dist.scatter(sc, [rank_data((4000,), np.int64, k)[::2] for k in range(size)]
+                      if rank == 0 else None, src=0, async_op=True)
+    gc.collect()
+    junk = [np.full(6000, -7.0) for _ in range(50)]  # likely to reuse any freed buffers
+    for w in (w4, w3, w2, w1):
+        w.wait()
+    del junk
+    for r in range(size):
+        assert_same(ag[r], rank_data((2, 3000), np.float64, r)[1])
+        assert_same(agt[r], rank_data((3000, 2), np.int32, r)[:, 1])
+    assert_same(a2a, np.concatenate([a2a_chunk(p, rank, np.float64, 2, (1000,))[:, ::2]
+                                     for p in range(size)]))
+    assert_same(sc, rank_data((4000,), np.int64, rank)[::2])
+
+
+def test_async_barrier_then_collectives(world, rank, size):
+    wb = dist.barrier(async_op=True)
+    x = np.array([rank], np.int64)
+    wx = dist.all_reduce(x, async_op=True)
+    wx.wait()
+    wb.wait()
+    assert wb.is_completed() and wx.is_completed()
+    assert_same(x, np.array([size * (size - 1) // 2], np.int64))
+
+
 def test_async_invalid_op_raises_at_call(world, rank, size):
     x = np.ones(3, np.complex64)
-    with pytest.raises(ValueError):
-        dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True)
-    y = empty_like_filled((2,), np.int64)
-    y[:] = rank
-    dist.all_reduce(y, async_op=True).wait()
-    assert_same(y, np.full(2, size * (size - 1) // 2, np.int64))
+    raises_everywhere(lambda: dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True))
+    assert_same(x, np.ones(3, np.complex64))

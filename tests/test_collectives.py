@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
-from _reference import (SHAPES, a2a_chunk, assert_same, empty_like_filled, rank_data,
-                        reduce_inputs, reduce_ref, split_count)
+from _reference import (SHAPES, Deferred, a2a_chunk, assert_same, empty_like_filled,
+                        raises_everywhere, rank_data, reduce_inputs, reduce_ref, split_count)
 
 pytestmark = pytest.mark.mpi
 
@@ -31,13 +31,6 @@ def _root_kwargs(style, name, root):
     return {name: root, "group": dist.group.WORLD}
 
 
-def _assert_in_sync(rank, size):
-    """A plain all_reduce after an expected error: proves no rank was left mid-collective."""
-    x = np.array([rank + 1], dtype=np.int64)
-    dist.all_reduce(x)
-    assert x[0] == size * (size + 1) // 2
-
-
 def _readonly(a):
     a.flags.writeable = False
     return a
@@ -54,13 +47,17 @@ root_styles = pytest.mark.parametrize("style", ROOT_STYLES)
 @shapes
 @dtypes
 def test_broadcast_every_root(world, rank, size, shape, dt, style):
+    check, returned = Deferred(), []
     for root in range(size):
         x = rank_data(shape, dt, rank)
-        assert dist.broadcast(x, **_root_kwargs(style, "src", root)) is None
-        assert_same(x, rank_data(shape, dt, root))
+        returned.append(dist.broadcast(x, **_root_kwargs(style, "src", root)))
+        check(f"root {root}", x, rank_data(shape, dt, root))
+    check.verify()
+    assert returned == [None] * size
 
 
 def test_broadcast_writes_through_a_view(world, rank, size):
+    check = Deferred()
     for root in range(size):
         base = np.full(12, -1.0)
         view = base[3:9]
@@ -68,7 +65,8 @@ def test_broadcast_writes_through_a_view(world, rank, size):
         dist.broadcast(view, src=root)
         expected = np.full(12, -1.0)
         expected[3:9] = rank_data((6,), np.float64, root)
-        assert_same(base, expected)
+        check(f"root {root}", base, expected)
+    check.verify()
 
 
 # ------------------------------------------------------------------------------ all_reduce
@@ -116,18 +114,14 @@ def test_all_reduce_repeated_on_same_buffer(world, rank, size):
 def test_all_reduce_noncontiguous_raises(world, rank, size, make):
     x = make()
     before = x.copy()
-    with pytest.raises(ValueError):
-        dist.all_reduce(x)
+    raises_everywhere(lambda: dist.all_reduce(x))
     assert_same(x, before)
-    _assert_in_sync(rank, size)
 
 
 def test_all_reduce_readonly_raises(world, rank, size):
     x = _readonly(np.arange(4.0))
-    with pytest.raises(ValueError):
-        dist.all_reduce(x)
+    raises_everywhere(lambda: dist.all_reduce(x))
     assert_same(x, np.arange(4.0))
-    _assert_in_sync(rank, size)
 
 
 # ------------------------------------------------------------------------------ reduce
@@ -137,18 +131,23 @@ def test_all_reduce_readonly_raises(world, rank, size):
 @dtypes
 def test_reduce_every_root(world, rank, size, shape, dt, style):
     inputs = reduce_inputs(shape, dt, "SUM", size)
+    check, returned = Deferred(), []
     for root in range(size):
         x = inputs[rank].copy()
-        assert dist.reduce(x, op=dist.ReduceOp.SUM, **_root_kwargs(style, "dst", root)) is None
-        assert_same(x, reduce_ref(inputs, "SUM") if rank == root else inputs[rank])
+        returned.append(dist.reduce(x, op=dist.ReduceOp.SUM, **_root_kwargs(style, "dst", root)))
+        check(f"root {root}", x, reduce_ref(inputs, "SUM") if rank == root else inputs[rank])
+    check.verify()
+    assert returned == [None] * size
 
 
 def test_reduce_default_op_is_sum(world, rank, size):
+    check = Deferred()
+    t = size * (size - 1) // 2
     for root in range(size):
         x = np.array([rank, 2 * rank], dtype=np.int64)
         dist.reduce(x, root)
-        t = size * (size - 1) // 2
-        assert_same(x, np.array([t, 2 * t]) if rank == root else np.array([rank, 2 * rank]))
+        check(f"root {root}", x, np.array([t, 2 * t]) if rank == root else np.array([rank, 2 * rank]))
+    check.verify()
 
 
 # ------------------------------------------------------------------------------ all_gather
@@ -174,16 +173,12 @@ def test_all_gather_noncontiguous_input(world, rank, size):
 
 def test_all_gather_noncontiguous_output_raises(world, rank, size):
     outs = [np.zeros(8)[::2] for _ in range(size)]
-    with pytest.raises(ValueError):
-        dist.all_gather(outs, np.ones(4))
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.all_gather(outs, np.ones(4)))
 
 
 def test_all_gather_readonly_output_raises(world, rank, size):
     outs = [_readonly(np.zeros(4)) for _ in range(size)]
-    with pytest.raises(ValueError):
-        dist.all_gather(outs, np.ones(4))
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.all_gather(outs, np.ones(4)))
 
 
 # ------------------------------------------------------------------------------ all_gather_into_tensor
@@ -221,9 +216,7 @@ def test_all_gather_into_tensor_noncontiguous_input(world, rank, size):
 @pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
 def test_all_gather_into_tensor_bad_output_raises(world, rank, size, bad):
     out = np.zeros(4 * size)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2 * size))
-    with pytest.raises(ValueError):
-        dist.all_gather_into_tensor(out, np.ones(2))
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.all_gather_into_tensor(out, np.ones(2)))
 
 
 # ------------------------------------------------------------------------------ gather
@@ -232,15 +225,18 @@ def test_all_gather_into_tensor_bad_output_raises(world, rank, size, bad):
 @shapes
 @dtypes
 def test_gather_every_root(world, rank, size, shape, dt, style):
+    check, returned = Deferred(), []
     for root in range(size):
         glist = [empty_like_filled(shape, dt) for _ in range(size)] if rank == root else None
         ids = [id(g) for g in glist] if glist else None
-        assert dist.gather(rank_data(shape, dt, rank), gather_list=glist,
-                           **_root_kwargs(style, "dst", root)) is None
+        returned.append(dist.gather(rank_data(shape, dt, rank), gather_list=glist,
+                                    **_root_kwargs(style, "dst", root)))
         if rank == root:
-            assert [id(g) for g in glist] == ids
+            returned.append([id(g) for g in glist] == ids or "gather_list rebound")
             for r in range(size):
-                assert_same(glist[r], rank_data(shape, dt, r))
+                check(f"root {root} from {r}", glist[r], rank_data(shape, dt, r))
+    check.verify()
+    assert all(v in (None, True) for v in returned), returned
 
 
 def test_gather_default_dst_is_rank_0(world, rank, size):
@@ -252,13 +248,15 @@ def test_gather_default_dst_is_rank_0(world, rank, size):
 
 
 def test_gather_noncontiguous_input(world, rank, size):
+    check = Deferred()
     for root in range(size):
         src = rank_data((5, 4), np.float64, rank)
         glist = [np.zeros(5) for _ in range(size)] if rank == root else None
         dist.gather(src[:, 2], glist, dst=root)
         if rank == root:
             for r in range(size):
-                assert_same(glist[r], rank_data((5, 4), np.float64, r)[:, 2])
+                check(f"root {root} from {r}", glist[r], rank_data((5, 4), np.float64, r)[:, 2])
+    check.verify()
 
 
 # ------------------------------------------------------------------------------ scatter
@@ -267,12 +265,15 @@ def test_gather_noncontiguous_input(world, rank, size):
 @shapes
 @dtypes
 def test_scatter_every_root(world, rank, size, shape, dt, style):
+    check, returned = Deferred(), []
     for root in range(size):
         slist = ([rank_data(shape, dt, 5 * root + k) for k in range(size)]
                  if rank == root else None)
         out = empty_like_filled(shape, dt)
-        assert dist.scatter(out, scatter_list=slist, **_root_kwargs(style, "src", root)) is None
-        assert_same(out, rank_data(shape, dt, 5 * root + rank))
+        returned.append(dist.scatter(out, scatter_list=slist, **_root_kwargs(style, "src", root)))
+        check(f"root {root}", out, rank_data(shape, dt, 5 * root + rank))
+    check.verify()
+    assert returned == [None] * size
 
 
 def test_scatter_default_src_is_rank_0(world, rank, size):
@@ -283,19 +284,19 @@ def test_scatter_default_src_is_rank_0(world, rank, size):
 
 
 def test_scatter_noncontiguous_inputs(world, rank, size):
+    check = Deferred()
     for root in range(size):
         big = rank_data((size, 8), np.int64, root)
         slist = [big[k, ::2] for k in range(size)] if rank == root else None
         out = np.zeros(4, np.int64)
         dist.scatter(out, slist, src=root)
-        assert_same(out, rank_data((size, 8), np.int64, root)[rank, ::2])
+        check(f"root {root}", out, rank_data((size, 8), np.int64, root)[rank, ::2])
+    check.verify()
 
 
 def test_scatter_readonly_output_raises(world, rank, size):
     slist = [np.ones(2) for _ in range(size)] if rank == 0 else None
-    with pytest.raises(ValueError):
-        dist.scatter(_readonly(np.zeros(2)), slist, src=0)
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.scatter(_readonly(np.zeros(2)), slist, src=0))
 
 
 # ------------------------------------------------------------------------------ reduce_scatter
@@ -344,9 +345,7 @@ def test_reduce_scatter_tensor_noncontiguous_input(world, rank, size):
 @pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
 def test_reduce_scatter_tensor_bad_output_raises(world, rank, size, bad):
     out = np.zeros(4)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2))
-    with pytest.raises(ValueError):
-        dist.reduce_scatter_tensor(out, np.ones(2 * size))
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.reduce_scatter_tensor(out, np.ones(2 * size)))
 
 
 # ------------------------------------------------------------------------------ all_to_all
@@ -368,12 +367,11 @@ def test_all_to_all_scalars_and_noncontiguous_inputs(world, rank, size):
     inp = [big[p * 4:(p + 1) * 4:2] for p in range(size)]  # strided views
     out = [np.zeros(2) for _ in range(size)]
     dist.all_to_all(out, inp)
-    for p in range(size):
-        assert_same(out[p], (np.arange(4 * size, dtype=np.float64) + 100 * p)[rank * 4:
-                                                                               (rank + 1) * 4:2])
     out0 = [np.array(0, np.int64) for _ in range(size)]
     dist.all_to_all(out0, [np.array(10 * rank + p, np.int64) for p in range(size)])
     for p in range(size):
+        peer = np.arange(4 * size, dtype=np.float64) + 100 * p
+        assert_same(out[p], peer[rank * 4:(rank + 1) * 4:2])
         assert_same(out0[p], np.array(10 * p + rank, np.int64))
 
 
@@ -428,9 +426,88 @@ def test_all_to_all_single_noncontiguous_input(world, rank, size):
 @pytest.mark.parametrize("bad", ["noncontiguous", "readonly"])
 def test_all_to_all_single_bad_output_raises(world, rank, size, bad):
     out = np.zeros(4 * size)[::2] if bad == "noncontiguous" else _readonly(np.zeros(2 * size))
-    with pytest.raises(ValueError):
-        dist.all_to_all_single(out, np.ones(2 * size))
-    _assert_in_sync(rank, size)
+    raises_everywhere(lambda: dist.all_to_all_single(out, np.ones(2 * size)))
+
+
+# ------------------------------------------------------------------------------ buffer flavours
+
+def test_readonly_and_reversed_inputs_are_fine(world, rank, size):
+    """Arrays that are only read may be read-only or have negative strides."""
+    def ro(a):
+        return _readonly(np.ascontiguousarray(a))
+
+    mine = rank_data((6,), np.int64, rank)
+    outs = [np.zeros(6, np.int64) for _ in range(size)]
+    dist.all_gather(outs, ro(mine))
+    rev = [np.zeros(6, np.int64) for _ in range(size)]
+    dist.all_gather(rev, mine[::-1])
+    cat = np.zeros(6 * size, np.int64)
+    dist.all_gather_into_tensor(cat, ro(mine))
+    rs = np.zeros(2, np.int64)
+    rs_inputs = reduce_inputs((2 * size,), np.int64, "SUM", size)
+    dist.reduce_scatter_tensor(rs, ro(rs_inputs[rank]))
+    a2a = np.zeros(2 * size, np.int64)
+    dist.all_to_all_single(a2a, ro(np.concatenate([a2a_chunk(rank, p, np.int64, 2)
+                                                   for p in range(size)])))
+    sc = np.zeros(3, np.int64)
+    dist.scatter(sc, [ro(rank_data((3,), np.int64, k)) for k in range(size)] if rank == 0
+                 else None, src=0)
+    for r in range(size):
+        assert_same(outs[r], rank_data((6,), np.int64, r))
+        assert_same(rev[r], rank_data((6,), np.int64, r)[::-1])
+    assert_same(cat, np.concatenate([rank_data((6,), np.int64, r) for r in range(size)]))
+    assert_same(rs, reduce_ref(rs_inputs, "SUM")[2 * rank:2 * rank + 2])
+    assert_same(a2a, np.concatenate([a2a_chunk(p, rank, np.int64, 2) for p in range(size)]))
+    assert_same(sc, rank_data((3,), np.int64, rank))
+
+
+def test_all_gather_into_tensor_in_place(world, rank, size):
+    """The input is this rank's own slice of the output (the FSDP/ZeRO in-place pattern,
+    which torch's backends accept)."""
+    out = np.zeros((size, 5), np.float32)
+    out[rank] = rank_data((5,), np.float32, rank)
+    dist.all_gather_into_tensor(out, out[rank])
+    assert_same(out, np.stack([rank_data((5,), np.float32, r) for r in range(size)]))
+
+
+def test_positional_arguments_follow_torch_signatures(world, rank, size):
+    """Every argument passed positionally, in torch.distributed's order."""
+    w = dist.group.WORLD
+    root = size - 1
+    inputs = reduce_inputs((4,), np.int64, "MAX", size)
+    ar = inputs[rank].copy()
+    dist.all_reduce(ar, dist.ReduceOp.MAX, w, False)
+    bc = rank_data((4,), np.int64, rank)
+    dist.broadcast(bc, root, w, False)
+    rd = inputs[rank].copy()
+    dist.reduce(rd, root, dist.ReduceOp.MAX, w, False)
+    ag = [np.zeros(4, np.int64) for _ in range(size)]
+    dist.all_gather(ag, rank_data((4,), np.int64, rank), w, False)
+    gl = [np.zeros(4, np.int64) for _ in range(size)] if rank == root else None
+    dist.gather(rank_data((4,), np.int64, rank), gl, root, w, False)
+    sc = np.zeros(4, np.int64)
+    dist.scatter(sc, [rank_data((4,), np.int64, k) for k in range(size)] if rank == root
+                 else None, root, w, False)
+    rs = np.zeros(4, np.int64)
+    rs_in = reduce_inputs((size, 4), np.int64, "SUM", size)
+    dist.reduce_scatter(rs, list(rs_in[rank]), dist.ReduceOp.SUM, w, False)
+    ins = [split_count(rank, p) for p in range(size)]
+    outs = [split_count(p, rank) for p in range(size)]
+    a2a = np.zeros(sum(outs), np.int64)
+    dist.all_to_all_single(a2a, np.concatenate([a2a_chunk(rank, p, np.int64, ins[p])
+                                                for p in range(size)]), outs, ins, w, False)
+    work = dist.all_reduce(np.zeros(1), dist.ReduceOp.SUM, w, True)  # async_op positionally
+    work.wait()
+    assert_same(ar, reduce_ref(inputs, "MAX"))
+    assert_same(bc, rank_data((4,), np.int64, root))
+    assert_same(rd, reduce_ref(inputs, "MAX") if rank == root else inputs[rank])
+    for r in range(size):
+        assert_same(ag[r], rank_data((4,), np.int64, r))
+        if rank == root:
+            assert_same(gl[r], rank_data((4,), np.int64, r))
+    assert_same(sc, rank_data((4,), np.int64, rank))
+    assert_same(rs, reduce_ref(rs_in, "SUM")[rank])
+    assert_same(a2a, np.concatenate([a2a_chunk(p, rank, np.int64, outs[p]) for p in range(size)]))
 
 
 # ------------------------------------------------------------------------------ barrier

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from _reference import assert_in_sync
 
 pytestmark = pytest.mark.mpi
 
@@ -34,12 +35,15 @@ def _odds(size):
     return list(range(1, size, 2))
 
 
-def _world_sync_check():
-    """A WORLD all_reduce that every rank must reach: proves nobody is stuck or ahead."""
-    size = dist.get_world_size()
-    x = np.array([dist.get_rank() + 1], dtype=np.int64)
-    dist.all_reduce(x)
-    assert x[0] == size * (size + 1) // 2
+@pytest.fixture(autouse=True)
+def _in_step(world):
+    """After every test (also a failed one) all ranks must meet in one WORLD all_reduce.
+
+    Tests run their collectives first and assert afterwards, so a wrong answer on one rank
+    fails the test instead of leaving the other ranks waiting in a collective.
+    """
+    yield
+    assert_in_sync()
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +60,11 @@ def parity(world):
 
 def test_world_is_the_default_group(rank, size):
     world = dist.group.WORLD
+    explicit, implicit = _data(rank), _data(rank)
+    dist.all_reduce(explicit, group=world)
+    dist.all_reduce(implicit)
+    np.testing.assert_array_equal(explicit, _sum_of(range(size)))
+    np.testing.assert_array_equal(implicit, explicit)
     assert world is not None
     assert dist.GroupMember.WORLD is world
     assert dist.is_initialized()
@@ -67,19 +76,13 @@ def test_world_is_the_default_group(rank, size):
         assert dist.get_group_rank(world, r) == r
         assert dist.get_global_rank(world, r) == r
 
-    explicit, implicit = _data(rank), _data(rank)
-    dist.all_reduce(explicit, group=world)
-    dist.all_reduce(implicit)
-    np.testing.assert_array_equal(explicit, _sum_of(range(size)))
-    np.testing.assert_array_equal(implicit, explicit)
-
 
 def test_get_backend_of_world_and_subgroup(rank, size):
+    g = dist.new_group(list(range(size)))
     backend = dist.get_backend()
     assert isinstance(backend, str) and backend
     assert backend == backend.lower()
     assert dist.get_backend(dist.group.WORLD) == backend
-    g = dist.new_group(list(range(size)))
     assert dist.get_backend(g) == backend
 
 
@@ -94,11 +97,12 @@ def test_get_backend_of_non_member_raises(rank, size):
 
 def test_get_pg_count_grows_with_each_group(rank, size):
     before = dist.get_pg_count()
-    assert before >= 1  # the default group counts
     dist.new_group(list(range(size)))
-    assert dist.get_pg_count() == before + 1
+    after_one = dist.get_pg_count()
     dist.new_group([size - 1])  # non-members count it too
-    assert dist.get_pg_count() == before + 2
+    after_two = dist.get_pg_count()
+    assert before >= 1  # the default group counts
+    assert (after_one, after_two) == (before + 1, before + 2)
 
 
 def test_get_node_local_rank_is_position_among_same_host(rank, size):
@@ -128,28 +132,26 @@ def test_new_group_sorts_ranks(rank, size, given):
     g = dist.new_group(given)
     if rank not in members:
         assert g == dist.GroupMember.NON_GROUP_MEMBER
-        _world_sync_check()
         return
+    # the whole group gets the same view: gather everybody's group rank by group rank
+    seen = [None] * len(members)
+    dist.all_gather_object(seen, (rank, dist.get_rank(g)), group=g)
+    x = _data(rank)
+    dist.all_reduce(x, group=g)
     assert g != dist.GroupMember.NON_GROUP_MEMBER
     assert dist.get_process_group_ranks(g) == members
     assert dist.get_rank(g) == members.index(rank)
     assert dist.get_world_size(g) == len(members)
-    # the whole group gets the same view: gather everybody's group rank by group rank
-    seen = [None] * len(members)
-    dist.all_gather_object(seen, (rank, dist.get_rank(g)), group=g)
     assert seen == [(r, i) for i, r in enumerate(members)]
-    x = _data(rank)
-    dist.all_reduce(x, group=g)
     np.testing.assert_array_equal(x, _sum_of(members))
-    _world_sync_check()
 
 
 def test_new_group_none_means_all_ranks(rank, size):
     g = dist.new_group()
-    assert dist.get_process_group_ranks(g) == list(range(size))
-    assert dist.get_rank(g) == rank
     x = _data(rank)
     dist.all_reduce(x, group=g)
+    assert dist.get_process_group_ranks(g) == list(range(size))
+    assert dist.get_rank(g) == rank
     np.testing.assert_array_equal(x, _sum_of(range(size)))
 
 
@@ -170,10 +172,10 @@ def test_group_rank_translation(rank, size, parity):
 
 def test_parity_group_all_reduce(rank, size, parity):
     g, members = parity
-    assert dist.get_world_size(g) == len(members)
-    assert dist.get_rank(g) == members.index(rank)
     x = _data(rank)
     dist.all_reduce(x, group=g)
+    assert dist.get_world_size(g) == len(members)
+    assert dist.get_rank(g) == members.index(rank)
     np.testing.assert_array_equal(x, _sum_of(members))
 
 
@@ -222,7 +224,6 @@ def test_non_member_gets_sentinel_and_collectives_return_none(rank, size, op):
             result = calls[op](g)
         assert result is None
         np.testing.assert_array_equal(x, _data(-1))  # untouched
-    _world_sync_check()
 
 
 def test_non_member_p2p_returns_none_or_minus_one(rank, size):
@@ -236,7 +237,6 @@ def test_non_member_p2p_returns_none_or_minus_one(rank, size):
         with pytest.warns(UserWarning, match="does not belong"):
             assert dist.recv(x, src=0, group=g) == -1
         np.testing.assert_array_equal(x, _data(rank))
-    _world_sync_check()
 
 
 def test_new_group_timeout_must_be_timedelta(rank, size):
@@ -256,31 +256,28 @@ def test_new_group_timeout_must_be_timedelta(rank, size):
 def test_new_group_bad_ranks_raise_value_error(rank, size, ranks):
     with pytest.raises(ValueError):
         dist.new_group(ranks(size))
-    _world_sync_check()
 
 
 def test_new_group_local_synchronization_only_members_call(rank, size):
     """Each parity class builds its own group; the other class never enters new_group."""
     mine = _evens(size) if rank % 2 == 0 else _odds(size)
     g = dist.new_group(mine, use_local_synchronization=True)
+    x = _data(rank)
+    dist.all_reduce(x, group=g)
     assert g is not None and g != dist.GroupMember.NON_GROUP_MEMBER
     assert dist.get_process_group_ranks(g) == mine
     assert dist.get_rank(g) == mine.index(rank)
-    x = _data(rank)
-    dist.all_reduce(x, group=g)
     np.testing.assert_array_equal(x, _sum_of(mine))
-    _world_sync_check()
 
 
 def test_new_group_local_synchronization_single_member(rank, size):
     """Only the last rank creates (and uses) a one-rank group."""
     if rank == size - 1:
         g = dist.new_group([size - 1], use_local_synchronization=True)
-        assert dist.get_world_size(g) == 1
         x = _data(rank)
         dist.all_reduce(x, group=g)
+        assert dist.get_world_size(g) == 1
         np.testing.assert_array_equal(x, _data(rank))
-    _world_sync_check()
 
 
 # ---------------------------------------------------------------- new_subgroups
@@ -296,6 +293,8 @@ def test_new_subgroups(rank, size, which):
     group_size = {"one": 1, "smallest_nontrivial": divisors[min(1, len(divisors) - 1)],
                   "world": size}[which]
     cur, subgroups = dist.new_subgroups(group_size)
+    x = _data(rank)
+    dist.all_reduce(x, group=cur)
     assert isinstance(subgroups, list)
     assert len(subgroups) == size // group_size
     start = rank // group_size * group_size
@@ -304,8 +303,6 @@ def test_new_subgroups(rank, size, which):
     assert dist.get_rank(cur) == rank - start
     assert dist.get_world_size(cur) == group_size
     assert subgroups[rank // group_size] is cur
-    x = _data(rank)
-    dist.all_reduce(x, group=cur)
     np.testing.assert_array_equal(x, _sum_of(members))
 
 
@@ -315,7 +312,6 @@ def test_new_subgroups_requires_divisible_world(rank, size):
         pytest.skip(f"every group size 2..{size - 1} divides world size {size}")
     with pytest.raises(ValueError):
         dist.new_subgroups(bad[0])
-    _world_sync_check()
 
 
 @pytest.mark.parametrize("group_size", [lambda s: 0, lambda s: -1, lambda s: s + 1],
@@ -323,19 +319,18 @@ def test_new_subgroups_requires_divisible_world(rank, size):
 def test_new_subgroups_bad_size(rank, size, group_size):
     with pytest.raises(ValueError):
         dist.new_subgroups(group_size(size))
-    _world_sync_check()
 
 
 def test_new_subgroups_by_enumeration(rank, size):
     lists = [_evens(size)] + ([_odds(size)] if size > 1 else [])
     cur, subgroups = dist.new_subgroups_by_enumeration(lists)
+    x = _data(rank)
+    dist.all_reduce(x, group=cur)
     assert len(subgroups) == len(lists)
     mine = lists[rank % 2]
     assert subgroups[rank % 2] is cur
     assert dist.get_process_group_ranks(cur) == mine
     assert dist.get_rank(cur) == mine.index(rank)
-    x = _data(rank)
-    dist.all_reduce(x, group=cur)
     np.testing.assert_array_equal(x, _sum_of(mine))
 
 
@@ -348,7 +343,6 @@ def test_new_subgroups_by_enumeration_rank_in_no_list(rank, size):
     else:
         assert cur is None
         assert subgroups[0] == dist.GroupMember.NON_GROUP_MEMBER
-    _world_sync_check()
 
 
 @pytest.mark.parametrize(
@@ -358,7 +352,6 @@ def test_new_subgroups_by_enumeration_rank_in_no_list(rank, size):
 def test_new_subgroups_by_enumeration_overlap_raises(rank, size, lists):
     with pytest.raises(ValueError):
         dist.new_subgroups_by_enumeration(lists(size))
-    _world_sync_check()
 
 
 def test_new_subgroups_by_enumeration_empty_raises(rank, size):
@@ -372,12 +365,12 @@ def test_new_subgroups_by_enumeration_empty_raises(rank, size):
 def test_split_group_parity(rank, size):
     splits = [_evens(size)] + ([_odds(size)] if size > 1 else [])
     g = dist.split_group(split_ranks=splits)
+    x = _data(rank)
+    dist.all_reduce(x, group=g)
     assert g is not None
     mine = splits[rank % 2]
     assert dist.get_process_group_ranks(g) == mine
     assert dist.get_rank(g) == mine.index(rank)
-    x = _data(rank)
-    dist.all_reduce(x, group=g)
     np.testing.assert_array_equal(x, _sum_of(mine))
 
 
@@ -388,7 +381,6 @@ def test_split_group_rank_in_no_split_gets_none(rank, size):
         assert dist.get_process_group_ranks(g) == [size - 1]
     else:
         assert g is None
-    _world_sync_check()
 
 
 def test_split_group_of_subgroup_uses_group_ranks(rank, size, parity):
@@ -400,7 +392,6 @@ def test_split_group_of_subgroup_uses_group_ranks(rank, size, parity):
         assert dist.get_world_size(g) == 1
     else:
         assert g is None
-    _world_sync_check()
 
 
 def test_split_group_empty_raises(rank, size):
@@ -479,7 +470,6 @@ def test_subgroup_src_and_group_src_both_given_raises(rank, size, parity, call):
     with pytest.raises(ValueError):
         call(g, members, x)
     np.testing.assert_array_equal(x, _data(rank))
-    _world_sync_check()
 
 
 def test_subgroup_root_not_in_group_raises(rank, size, parity):
@@ -491,4 +481,3 @@ def test_subgroup_root_not_in_group_raises(rank, size, parity):
     x = _data(rank)
     with pytest.raises(ValueError):
         dist.broadcast(x, src=outsider, group=g)
-    _world_sync_check()

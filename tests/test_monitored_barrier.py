@@ -1,6 +1,7 @@
 """monitored_barrier passes when everyone arrives and names the ranks that do not."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +52,6 @@ def test_missing_ranks_are_named(mode, tmp_path):
     result = subprocess.run([mpiexec, "-n", "3", sys.executable, str(script), mode],
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr
-    rank0 = [line for line in result.stdout.splitlines() if line.startswith("rank 0:")]
-    assert len(rank0) == 1, result.stdout
-    expected = "Ranks 1, 2 failed" if mode == "all" else "Rank 2 failed"
-    assert expected in rank0[0] and "monitoredBarrier" in rank0[0]
+    # ranks print concurrently, so lines may interleave: search the whole output
+    reports = re.findall(r"\[Rank 0\]: (Ranks? [\d, ]+) failed to pass monitoredBarrier", result.stdout)
+    assert reports == (["Ranks 1, 2"] if mode == "all" else ["Rank 2"]), result.stdout

@@ -121,17 +121,19 @@ def test_send_recv_object_list(rank, size):
 
 @pytest.mark.mpi(min_size=2)
 def test_recv_object_list_any_source(rank, size):
+    senders = []
     if rank != 0:
         dist.send_object_list([rank, _obj(rank)], dst=0)
-        return
-    senders = []
-    for _ in range(size - 1):
-        got = [None, None]
-        src = dist.recv_object_list(got)
+    else:
+        for _ in range(size - 1):
+            got = [None, None]
+            senders.append((dist.recv_object_list(got), got))
+    dist.barrier()  # nobody runs ahead into later sends while rank 0 receives from any source
+    for src, got in senders:
         assert got[0] == src
         _assert_obj_equal(got[1], _obj(src))
-        senders.append(src)
-    assert sorted(senders) == list(range(1, size))
+    if rank == 0:
+        assert sorted(src for src, _ in senders) == list(range(1, size))
 
 
 def test_send_object_list_to_self_raises(rank, size):
@@ -216,39 +218,36 @@ def test_send_recv_object_list_subgroup_group_ranks(rank, size, tail):
 # ---------------------------------------------------------------- more than 2 GiB
 
 BIG = 2**31 + 17
-_CHUNK = 1 << 26
+_WORDS_END = BIG // 4 * 4  # the bytes up to here hold little-endian uint32 word indices
+_TAIL = 0xAB  # the last BIG % 4 bytes
+_CHUNK = 1 << 25  # words per fill step
 
 
-def _big_chunks():
-    """The large object's bytes, chunk by chunk: a multiplicative hash of the byte index."""
-    for start in range(0, BIG, _CHUNK):
-        idx = np.arange(start, min(start + _CHUNK, BIG), dtype=np.uint32)
-        yield start, ((idx * np.uint32(2654435761)) >> np.uint32(24)).astype(np.uint8)
-
-
-def _expected_slice(start, stop):
-    idx = np.arange(start, stop, dtype=np.uint32)
-    return ((idx * np.uint32(2654435761)) >> np.uint32(24)).astype(np.uint8).tobytes()
+def _pattern(start, stop):
+    """Bytes [start, stop) of the large object: word i holds i; an offset error shows."""
+    out = np.full(stop - start, _TAIL, np.uint8)
+    n = max(0, min(stop, _WORDS_END) - start)
+    if n:
+        w0 = start // 4
+        words = np.arange(w0, -(-(start + n) // 4), dtype="<u4").view(np.uint8)
+        out[:n] = words[start - 4 * w0 : start - 4 * w0 + n]
+    return out.tobytes()
 
 
 def _make_big():
+    """The large bytes object and its sha256, built in place without big temporaries."""
     buf = bytearray(BIG)
     view = np.frombuffer(buf, dtype=np.uint8)
-    digest = hashlib.sha256()
-    for start, chunk in _big_chunks():
-        view[start : start + chunk.size] = chunk
-        digest.update(chunk)
-    del view
+    words = view[:_WORDS_END].view("<u4")
+    for start in range(0, words.size, _CHUNK):
+        stop = min(start + _CHUNK, words.size)
+        words[start:stop] = np.arange(start, stop, dtype="<u4")
+    view[_WORDS_END:] = _TAIL
+    del words, view
+    digest = hashlib.sha256(buf).hexdigest()
     big = bytes(buf)
     del buf
-    return big, digest.hexdigest()
-
-
-def _expected_digest():
-    digest = hashlib.sha256()
-    for _, chunk in _big_chunks():
-        digest.update(chunk)
-    return digest.hexdigest()
+    return big, digest
 
 
 @pytest.mark.skipif(os.environ.get("HPC_C10D_TEST_LARGE", "1") == "0",
@@ -257,20 +256,18 @@ def test_broadcast_object_list_larger_than_2gib(rank, size):
     if size != 2:
         pytest.skip("the >2 GiB object test runs only at world size 2, to stay inside host memory")
     if rank == 0:
-        big, sent_digest = _make_big()
-        objs = ["head", big, 7]
+        big, digest = _make_big()  # digest of the generated pattern, taken before sending
+        objs = ["head", big, digest]
         del big
     else:
         objs = [None, None, None]
-        sent_digest = None
     dist.broadcast_object_list(objs, src=0)
-    head, big, tail = objs
+    head, big, digest = objs
     del objs
-    assert (head, tail) == ("head", 7)
+    assert head == "head"
     assert isinstance(big, bytes) and len(big) == BIG
-    for start, stop in [(0, 4096), (2**31 - 2048, BIG), (BIG // 3, BIG // 3 + 4096), (BIG - 17, BIG)]:
-        assert big[start:stop] == _expected_slice(start, stop), (start, stop)
+    for start, stop in [(0, 4096), (2**31 - 2050, BIG), (BIG // 3 + 1, BIG // 3 + 4099), (BIG - 17, BIG)]:
+        assert big[start:stop] == _pattern(start, stop), (start, stop)
     got_digest = hashlib.sha256(big).hexdigest()
     del big
-    expected = sent_digest or _expected_digest()
-    assert got_digest == expected
+    assert got_digest == digest

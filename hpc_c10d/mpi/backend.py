@@ -3,7 +3,7 @@
 Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
 ones and returns a ``Work`` that keeps every buffer alive until completion. List-shaped
 operations (``all_gather`` into a list, ``gather``, ...) stage through one contiguous buffer and
-the ``v`` variants, so ranks may contribute blocks of different sizes.
+the ``v`` variants (``all_to_all`` blocks may differ in size per peer).
 """
 
 from __future__ import annotations
@@ -125,7 +125,12 @@ class MPIBackend(Transport):
 
     def allgather(self, out, inp, async_op, user):
         datatype = mpi_datatype(out.dtype)
-        args = ((inp, datatype), (out, datatype))
+        send = (inp, datatype)
+        if np.may_share_memory(out, inp):  # FSDP-style: the input is this rank's block of out
+            block = out.reshape(-1)[self._rank * inp.size:(self._rank + 1) * inp.size]
+            same = block.__array_interface__["data"][0] == inp.__array_interface__["data"][0]
+            send = _IN_PLACE if same else (inp.copy(), datatype)
+        args = (send, (out, datatype))
         return self._issue(self._comm.Allgather, self._comm.Iallgather, args, async_op,
                            [user], None, (out, inp))
 
@@ -163,6 +168,8 @@ class MPIBackend(Transport):
     def reduce_scatter(self, out, inp, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
         send = inp if factor is None else _scaled(inp, factor)
+        if send is inp and np.may_share_memory(out, inp):  # MPI forbids aliased buffers
+            send = inp.copy()
         args = ((send, red.datatype), (out, red.datatype), red.op)
         return self._issue(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
                            args, async_op, [user], average, (out, inp, send))
