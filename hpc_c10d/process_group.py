@@ -168,7 +168,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _broadcast(self, tensor, root, async_op):
         self._check_root(root, "broadcast")
         t = self._transport(tensor)
-        return t.broadcast(t.adapt_output(tensor, "tensor"), root, async_op, tensor)
+        adapt = t.adapt_input if self._rank == root else t.adapt_output  # the root only reads
+        return t.broadcast(adapt(tensor, "tensor"), root, async_op, tensor)
 
     def _reduce(self, tensor, root, op, async_op):
         check_reduce_op(op, "reduce")

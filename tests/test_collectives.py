@@ -510,6 +510,14 @@ def test_positional_arguments_follow_torch_signatures(world, rank, size):
     assert_same(a2a, np.concatenate([a2a_chunk(p, rank, np.int64, outs[p]) for p in range(size)]))
 
 
+def test_reduce_scatter_tensor_output_aliases_input(world, rank, size):
+    """The output is this rank's own chunk of the input."""
+    inputs = reduce_inputs((size, 5), np.float64, "SUM", size)
+    buf = inputs[rank].copy()
+    dist.reduce_scatter_tensor(buf[rank], buf)
+    assert_same(buf[rank], reduce_ref(inputs, "SUM")[rank])
+
+
 # ------------------------------------------------------------------------------ barrier
 
 def test_barrier(world, rank, size):
@@ -573,3 +581,13 @@ def test_deprecated_aliases_without_warning_checks(world, rank, size):
         dist._all_gather_base(out, np.array([float(rank)]))
     assert_same(x, np.array([size * (size + 1) / 2]))
     assert_same(out, np.arange(size, dtype=np.float64))
+
+
+def test_broadcast_source_may_be_read_only(world, rank, size):
+    """The source only reads its array, so a read-only one must work (not raise on one rank)."""
+    for src in range(size):
+        x = rank_data((5,), np.float64, src) if rank == src else np.zeros(5)
+        if rank == src:
+            x = _readonly(x)
+        dist.broadcast(x, src=src)
+        assert_same(x, rank_data((5,), np.float64, src))
