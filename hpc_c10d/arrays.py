@@ -119,8 +119,13 @@ def as_input(x: Any, name: str = "tensor") -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def as_output(x: Any, name: str = "tensor") -> np.ndarray:
-    """Adapt an array the collective writes into: it must be C-contiguous and writable."""
+def as_output(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray:
+    """Adapt an array the collective writes into: it must be C-contiguous and writable.
+
+    ``writable=False`` is for an array that is written on other ranks but only read here (a
+    broadcast's source): it must still be contiguous, so that every rank accepts or refuses the
+    same call and no rank is left waiting.
+    """
     if type(x) is np.ndarray:  # the hot path: one flags object, no function calls
         flags = x.flags
         if flags.c_contiguous and flags.writeable and x.dtype in _SUPPORTED:
@@ -132,6 +137,6 @@ def as_output(x: Any, name: str = "tensor") -> np.ndarray:
             f"`{name}` must be C-contiguous because the result is written into it in place; "
             "pass a contiguous array (np.ascontiguousarray / tensor.contiguous()) and copy back"
         )
-    if not flags.writeable:
+    if writable and not flags.writeable:
         raise ValueError(f"`{name}` is read-only, but the result is written into it in place")
     return arr

@@ -28,6 +28,17 @@ def _object_comm(pg: ProcessGroup) -> Any:
     return pkl5.Intracomm(pg.comm)
 
 
+def _group_for_list(group: Any, object_list: Any, op_name: str) -> ProcessGroup | None:
+    """Resolve ``group`` (None for a non-member, after torch's warning) and check ``object_list``."""
+    pg = resolve_group(group)
+    if pg is None:
+        warn_not_in_group(op_name)
+        return None
+    if not isinstance(object_list, list):
+        raise TypeError(f"`object_list` must be a list, got {type(object_list).__name__}")
+    return pg
+
+
 def _check_output_list(value: Any, name: str, min_length: int) -> None:
     if not isinstance(value, list):
         raise TypeError(f"`{name}` must be a list, got {type(value).__name__}")
@@ -67,12 +78,9 @@ def gather_object(obj: Any, object_gather_list: list | None = None, dst: int | N
 def broadcast_object_list(object_list: list, src: int | None = None, group: ProcessGroup | None = None,
                           device: Any = None, group_src: int | None = None) -> None:
     """Replace the contents of ``object_list`` on every rank with ``src``'s (default: rank 0)."""
-    pg = resolve_group(group)
+    pg = _group_for_list(group, object_list, "broadcast_object_list")
     if pg is None:
-        warn_not_in_group("broadcast_object_list")
         return
-    if not isinstance(object_list, list):
-        raise TypeError(f"`object_list` must be a list, got {type(object_list).__name__}")
     root = to_group_rank(pg, src, group_src, "src", 0)
     received = _object_comm(pg).bcast(object_list if pg.rank() == root else None, root)
     if pg.rank() != root:
@@ -106,12 +114,9 @@ def scatter_object_list(scatter_object_output_list: list, scatter_object_input_l
 def send_object_list(object_list: list, dst: int | None = None, group: ProcessGroup | None = None,
                      device: Any = None, group_dst: int | None = None, use_batch: bool = False) -> None:
     """Send the objects in ``object_list`` to ``dst``."""
-    pg = resolve_group(group)
+    pg = _group_for_list(group, object_list, "send_object_list")
     if pg is None:
-        warn_not_in_group("send_object_list")
         return
-    if not isinstance(object_list, list):
-        raise TypeError(f"`object_list` must be a list, got {type(object_list).__name__}")
     peer = to_group_rank(pg, dst, group_dst, "dst")
     pg._check_peer(peer, "send")
     _object_comm(pg).send(object_list, peer, OBJECT_TAG)
@@ -120,12 +125,9 @@ def send_object_list(object_list: list, dst: int | None = None, group: ProcessGr
 def recv_object_list(object_list: list, src: int | None = None, group: ProcessGroup | None = None,
                      device: Any = None, group_src: int | None = None, use_batch: bool = False) -> int:
     """Receive objects into ``object_list`` from ``src`` (any rank if None); return the sender's global rank."""
-    pg = resolve_group(group)
+    pg = _group_for_list(group, object_list, "recv_object_list")
     if pg is None:
-        warn_not_in_group("recv_object_list")
         return -1
-    if not isinstance(object_list, list):
-        raise TypeError(f"`object_list` must be a list, got {type(object_list).__name__}")
     peer = None if src is None and group_src is None else to_group_rank(pg, src, group_src, "src")
     if peer is not None:
         pg._check_peer(peer, "recv")

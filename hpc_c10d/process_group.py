@@ -168,8 +168,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _broadcast(self, tensor, root, async_op):
         self._check_root(root, "broadcast")
         t = self._transport(tensor)
-        adapt = t.adapt_input if self._rank == root else t.adapt_output  # the root only reads
-        return t.broadcast(adapt(tensor, "tensor"), root, async_op, tensor)
+        buf = t.adapt_output(tensor, "tensor", writable=self._rank != root)  # the root only reads
+        return t.broadcast(buf, root, async_op, tensor)
 
     def _reduce(self, tensor, root, op, async_op):
         check_reduce_op(op, "reduce")
@@ -195,15 +195,20 @@ class ProcessGroup(TorchProcessGroupAPI):
                              f"group size {self._size} x input's {inp.size}")
         return t.allgather(out, inp, async_op, output)
 
+    def _root_only_list(self, values, is_root, name, role):
+        """The list a rooted operation takes on its root only: checked there, absent elsewhere."""
+        if is_root:
+            if not values:
+                raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
+            return _check_list(values, name, self._size)
+        if values:
+            raise ValueError(f"Argument ``{name}`` must NOT be specified on non-{role} ranks.")
+        return None
+
     def _gather(self, tensor, gather_list, root, async_op):
         self._check_root(root, "gather")
         is_root = self._rank == root
-        if is_root:
-            if not gather_list:
-                raise ValueError("Argument ``gather_list`` must be specified on destination rank.")
-            gather_list = _check_list(gather_list, "gather_list", self._size)
-        elif gather_list:
-            raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
+        gather_list = self._root_only_list(gather_list, is_root, "gather_list", "destination")
         t = self._transport_of_all([tensor, *(gather_list or ())], "gather")
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
@@ -214,12 +219,7 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _scatter(self, tensor, scatter_list, root, async_op):
         self._check_root(root, "scatter")
         is_root = self._rank == root
-        if is_root:
-            if not scatter_list:
-                raise ValueError("Argument ``scatter_list`` must be specified on source rank.")
-            scatter_list = _check_list(scatter_list, "scatter_list", self._size)
-        elif scatter_list:
-            raise ValueError("Argument ``scatter_list`` must NOT be specified on non-source ranks.")
+        scatter_list = self._root_only_list(scatter_list, is_root, "scatter_list", "source")
         t = self._transport_of_all([tensor, *(scatter_list or ())], "scatter")
         out = t.adapt_output(tensor, "tensor")
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None

@@ -25,8 +25,11 @@ class Transport(abc.ABC):
         """Return a view of ``x`` to read from (contiguous; copied only if it was not)."""
 
     @abc.abstractmethod
-    def adapt_output(self, x: Any, name: str) -> Any:
-        """Return a view of ``x`` to write into; ValueError if that is impossible in place."""
+    def adapt_output(self, x: Any, name: str, writable: bool = True) -> Any:
+        """Return a view of ``x`` to write into; ValueError if that is impossible in place.
+
+        ``writable=False``: same layout checks, for an array only this rank reads.
+        """
 
     @abc.abstractmethod
     def allreduce(self, buf, op, async_op, user):
