@@ -114,7 +114,7 @@ class Work:
         op_name: str = "",
     ) -> None:
         self._requests = requests
-        self._outputs = outputs if outputs is not None else []
+        self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
         self._status = status
@@ -125,18 +125,24 @@ class Work:
 
     def _complete(self) -> None:
         self._done = True
+        self._requests = ()
+        self._keep = None
+        if self._finish is not None or self._future is not None:
+            self._finalize()
+
+    def _finalize(self) -> None:
+        """Run the post-processing step and hand the outcome to the future, once."""
         if self._finish is not None:
             try:
                 self._finish()
             except BaseException as exc:
                 self._exception = exc
-        self._requests = ()
-        self._keep = None
-        if self._future is not None and not self._future._done:
+        future = self._future
+        if future is not None and not future._done:
             if self._exception is None:
-                self._future.set_result(self._outputs)
+                future.set_result(self._outputs)
             else:
-                self._future.set_exception(self._exception)
+                future.set_exception(self._exception)
         if self._exception is not None:
             raise self._exception
 
@@ -157,19 +163,16 @@ class Work:
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         """Block until the operation finishes; with ``timeout``, raise DistBackendError past it."""
-        if self._done:
-            if self._exception is not None:
-                raise self._exception
-            return True
-        requests = self._requests
-        if timeout is None:
-            if len(requests) == 1:
-                requests[0].Wait(self._status)
-            elif requests:
-                requests[0].Waitall(requests)
-        else:
-            self._wait_until(timeout)
-        self._complete()
+        if not self._done:
+            if timeout is not None:
+                self._wait_until(timeout)
+            elif len(self._requests) == 1:
+                self._requests[0].Wait(self._status)
+            elif self._requests:
+                self._requests[0].Waitall(self._requests)
+            self._complete()
+        elif self._exception is not None:
+            raise self._exception
         return True
 
     def _wait_until(self, timeout: timedelta | float) -> None:

@@ -18,7 +18,7 @@ from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
 from ..transport import Transport
 from ..work import Work
-from .ops import _reductions, mpi_datatype, reduction
+from .ops import REDUCTIONS, mpi_datatype, reduction
 
 __all__ = ["MPIBackend"]
 
@@ -95,7 +95,7 @@ class MPIBackend(Transport):
 
     def allreduce(self, buf, op, async_op, user):
         if type(op) is RedOpType:  # the hot path: a cached table entry, no closure, no scaling
-            red = _reductions.get((op, buf.dtype)) or reduction(op, buf.dtype, "all_reduce")
+            red = REDUCTIONS[op].get(buf.dtype) or reduction(op, buf.dtype, "all_reduce")
             if not red.average:
                 recv = (buf, red.datatype)
                 if async_op:

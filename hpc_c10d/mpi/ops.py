@@ -17,7 +17,7 @@ from mpi4py.util import dtlib
 
 from ..reduce_op import RedOpType
 
-__all__ = ["mpi_datatype", "Reduction", "reduction"]
+__all__ = ["mpi_datatype", "Reduction", "REDUCTIONS", "reduction"]
 
 _CARRIER = {2: MPI.UINT16_T, 4: MPI.UINT32_T, 8: MPI.UINT64_T}
 
@@ -85,7 +85,9 @@ _NUMPY_FUNCS = {
 _COMPLEX_OK = frozenset({RedOpType.SUM, RedOpType.AVG, RedOpType.PREMUL_SUM})
 _BITWISE = frozenset({RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR})
 
-_reductions: dict[tuple[RedOpType, np.dtype], Reduction] = {}
+# One dict per op, indexed by the op's value: the hot path looks up ``REDUCTIONS[op].get(dtype)``
+# without building a key tuple.
+REDUCTIONS: tuple[dict[np.dtype, Reduction], ...] = tuple({} for _ in RedOpType)
 _user_ops: dict[tuple[RedOpType, np.dtype], MPI.Op] = {}
 
 
@@ -127,7 +129,7 @@ def _build(op: RedOpType, dtype: np.dtype, name: str) -> Reduction:
 
 def reduction(op: RedOpType, dtype: np.dtype, name: str = "reduction") -> Reduction:
     """Return the MPI datatype and op for ``op`` on ``dtype``; ValueError for pairs torch refuses."""
-    found = _reductions.get((op, dtype))
+    found = REDUCTIONS[op].get(dtype)
     if found is None:
-        found = _reductions[(op, dtype)] = _build(op, dtype, name)
+        found = REDUCTIONS[op][dtype] = _build(op, dtype, name)
     return found
