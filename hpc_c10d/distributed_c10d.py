@@ -5,9 +5,9 @@ Code that imports names from ``torch.distributed.distributed_c10d`` can import t
 
 from typing import NewType
 
-from ._state import GroupMember, _world, group
+from ._state import GroupMember, _world, group  # noqa: F401 - _world: torch code reads it
 from .backend import Backend, BackendConfig, is_backend_available
-from .collectives import (
+from .collectives import (  # noqa: F401 - the _base aliases stay importable, as in torch
     _all_gather_base, _reduce_scatter_base, all_gather, all_gather_coalesced,
     all_gather_into_tensor, all_gather_single, all_reduce, all_reduce_coalesced, all_to_all, all_to_all_single,
     barrier, broadcast, gather, reduce, reduce_scatter, reduce_scatter_single, reduce_scatter_tensor,
@@ -18,7 +18,7 @@ from .groups import (
     get_global_rank, get_group_rank, get_process_group_ranks, new_group, new_subgroups,
     new_subgroups_by_enumeration, split_group,
 )
-from .lifecycle import (
+from .lifecycle import (  # noqa: F401 - _get_default_group: torch code calls it
     _get_default_group, default_pg_timeout, destroy_process_group, get_backend,
     get_backend_config, get_default_backend_for_device, get_node_local_rank, get_pg_count,
     get_rank, get_world_size, init_process_group, is_gloo_available, is_initialized,
@@ -37,7 +37,7 @@ from .options import (
 )
 from .p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from .process_group import ProcessGroup
-from .reduce_op import ReduceOp, _make_nccl_premul_sum, reduce_op
+from .reduce_op import ReduceOp, _make_nccl_premul_sum, reduce_op  # noqa: F401
 from .work import Work
 
 __all__ = [
@@ -61,6 +61,3 @@ __all__ = [
 
 #: A process group's name (torch's NewType over str).
 GroupName = NewType("GroupName", str)
-
-# Private names torch code reaches for; kept importable, not starred.
-_PRIVATE = (_world, _get_default_group, _all_gather_base, _reduce_scatter_base, _make_nccl_premul_sum)

@@ -1,5 +1,4 @@
 """Shared fixtures: one process group for the whole session, at whatever size mpiexec gave."""
-import numpy as np
 import pytest
 
 import hpc_c10d as dist
