@@ -56,7 +56,7 @@ class TorchProcessGroupAPI:
     def allreduce_coalesced(self, tensors, opts=None) -> Work:
         opts = _options(opts, AllreduceCoalescedOptions)
         works = [self._all_reduce(t, opts.reduceOp, True) for t in tensors]
-        return combine_works(works, list(tensors), "allreduce_coalesced")
+        return combine_works(works, list(tensors))
 
     def reduce(self, tensors, opts=None, op=None) -> Work:
         if not isinstance(opts, ReduceOptions):
@@ -74,12 +74,12 @@ class TorchProcessGroupAPI:
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None) -> Work:
         _options(opts, AllgatherOptions)
         works = [self._all_gather_into_tensor(o, i, True) for o, i in zip(outputs, inputs, strict=True)]
-        return combine_works(works, list(outputs), "allgather_into_tensor_coalesced")
+        return combine_works(works, list(outputs))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None) -> Work:
         _options(opts, AllgatherOptions)
         works = [self._all_gather(o, i, True) for o, i in zip(output_lists, input_list, strict=True)]
-        return combine_works(works, list(output_lists), "allgather_coalesced")
+        return combine_works(works, list(output_lists))
 
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
@@ -104,7 +104,7 @@ class TorchProcessGroupAPI:
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None) -> Work:
         opts = _options(opts, ReduceScatterOptions)
         works = [self._reduce_scatter_tensor(o, i, opts.reduceOp, True) for o, i in zip(outputs, inputs, strict=True)]
-        return combine_works(works, list(outputs), "reduce_scatter_tensor_coalesced")
+        return combine_works(works, list(outputs))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> Work:
         _options(opts, AllToAllOptions)

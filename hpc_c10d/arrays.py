@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SUPPORTED_DTYPES", "bfloat16", "device_type", "as_array", "as_input", "as_output"]
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output"]
 
 try:
     from ml_dtypes import bfloat16 as _bf16_type
@@ -26,7 +26,8 @@ SUPPORTED_DTYPES = (
     "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
 )
-_SUPPORTED = frozenset(np.dtype(n) if n != "bfloat16" else bfloat16 for n in SUPPORTED_DTYPES)
+#: the same, as numpy dtypes.
+SUPPORTED = frozenset(np.dtype(n) if n != "bfloat16" else bfloat16 for n in SUPPORTED_DTYPES)
 
 # DLPack device codes: kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged.
 _DLPACK_DEVICE = {1: "cpu", 2: "cuda", 3: "cpu", 13: "cuda"}
@@ -103,7 +104,7 @@ def as_array(x: Any, name: str = "tensor") -> np.ndarray:
                 f"Invalid function argument: expected `{name}` to be an array "
                 f"(numpy array, torch tensor, DLPack or buffer object), got {type(x).__name__}"
             )
-    if arr.dtype not in _SUPPORTED:
+    if arr.dtype not in SUPPORTED:
         raise TypeError(
             f"`{name}` has dtype {arr.dtype}, which is not supported; "
             f"supported: {', '.join(SUPPORTED_DTYPES)}"
@@ -128,7 +129,7 @@ def as_output(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray
     """
     if type(x) is np.ndarray:  # the hot path: one flags object, no function calls
         flags = x.flags
-        if flags.c_contiguous and flags.writeable and x.dtype in _SUPPORTED:
+        if flags.c_contiguous and flags.writeable and x.dtype in SUPPORTED:
             return x
     arr = as_array(x, name)
     flags = arr.flags

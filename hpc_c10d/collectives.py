@@ -153,8 +153,8 @@ def _deprecated(old: str, new: str) -> None:
                   FutureWarning, stacklevel=3)
 
 
-def _wait_or_future(works: list[Work], outputs: list, async_op: bool, name: str) -> Any:
-    work = combine_works(works, outputs, name)
+def _wait_or_future(works: list[Work], outputs: list, async_op: bool) -> Any:
+    work = combine_works(works, outputs)
     if async_op:
         return work.get_future()
     work.wait()
@@ -171,7 +171,7 @@ def all_reduce_coalesced(tensors: list, op: Any = ReduceOp.SUM, group: ProcessGr
     if not isinstance(tensors, (list, tuple)):
         tensors = [tensors]
     works = [pg._all_reduce(t, op, True) for t in tensors]
-    return _wait_or_future(works, list(tensors), async_op, "all_reduce_coalesced")
+    return _wait_or_future(works, list(tensors), async_op)
 
 
 def all_gather_coalesced(output_tensor_lists: list, input_tensor_list: list,
@@ -188,7 +188,7 @@ def all_gather_coalesced(output_tensor_lists: list, input_tensor_list: list,
                          f"each with one array per input ({len(input_tensor_list)})")
     works = [pg._all_gather([outs[j] for outs in output_tensor_lists], inp, True)
              for j, inp in enumerate(input_tensor_list)]
-    return _wait_or_future(works, output_tensor_lists, async_op, "all_gather_coalesced")
+    return _wait_or_future(works, output_tensor_lists, async_op)
 
 
 def _all_gather_base(output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None,

@@ -158,11 +158,13 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     # ---- validated operations (group ranks) ----------------------------------------------
     def _all_reduce(self, tensor, op, async_op):
-        if type(op) is not RedOpType:
-            check_reduce_op(op, "all_reduce")
         t = self._cpu
-        if t is None or type(tensor) is not np.ndarray:
-            t = self._transport(tensor)
+        if t is not None and type(tensor) is np.ndarray and type(op) is RedOpType:
+            flags = tensor.flags  # the hot path: a contiguous, writable ndarray is its own view
+            if flags.c_contiguous and flags.writeable:
+                return t.allreduce(tensor, op, async_op, tensor)
+        check_reduce_op(op, "all_reduce")
+        t = self._transport(tensor)
         return t.allreduce(t.adapt_output(tensor, "tensor"), op, async_op, tensor)
 
     def _broadcast(self, tensor, root, async_op):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import DistBackendError
 
-__all__ = ["Work", "Future", "combine_works"]
+__all__ = ["Work", "ReceiveWork", "Future", "combine_works"]
 
 _POLL_START_S = 1e-6
 _POLL_MAX_S = 1e-3
@@ -101,8 +101,10 @@ class Work:
     staging buffer. ``result()`` and the future's value are the output arrays, as in torch.
     """
 
-    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception",
-                 "_future", "_status", "_op_name")
+    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future")
+
+    _status = None  # receives (``ReceiveWork``) fill an MPI status
+    op_name = "operation"
 
     def __init__(
         self,
@@ -110,15 +112,11 @@ class Work:
         outputs: list | None = None,
         finish: Callable[[], None] | None = None,
         keep: Any = None,
-        status: Any = None,
-        op_name: str = "",
     ) -> None:
         self._requests = requests
         self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
-        self._status = status
-        self._op_name = op_name
         self._done = False
         self._exception: BaseException | None = None
         self._future: Future | None = None
@@ -182,7 +180,7 @@ class Work:
         while self._requests and not self._test():
             if time.monotonic() > deadline:
                 raise DistBackendError(
-                    f"Work.wait timed out after {seconds:g} s waiting for {self._op_name or 'an operation'}"
+                    f"Work.wait timed out after {seconds:g} s waiting for {self.op_name}"
                 )
             time.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
@@ -212,18 +210,31 @@ class Work:
         return self._future
 
     def _source_rank(self) -> int:
-        """Return the group rank a completed receive came from."""
-        if self._status is None:
-            raise ValueError("_source_rank() is only defined for receives")
-        self.wait()
-        return self._status.Get_source()
+        """Return the group rank a receive came from (only receives know one)."""
+        raise ValueError("_source_rank() is only defined for receives")
 
     def __repr__(self) -> str:
         state = "completed" if self._done else "pending"
-        return f"<Work {self._op_name or '?'} {state}>"
+        return f"<{type(self).__name__} {self.op_name} {state}>"
 
 
-def combine_works(works: Sequence[Work], outputs: list, op_name: str) -> Work:
+class ReceiveWork(Work):
+    """A receive: its MPI status tells which rank the message came from."""
+
+    __slots__ = ("_status",)
+    op_name = "recv"
+
+    def __init__(self, request: Any, outputs: list, keep: Any, status: Any) -> None:
+        super().__init__([request], outputs, None, keep)
+        self._status = status
+
+    def _source_rank(self) -> int:
+        """Return the group rank the message came from (waits for it)."""
+        self.wait()
+        return self._status.Get_source()
+
+
+def combine_works(works: Sequence[Work], outputs: list) -> Work:
     """Return one Work that completes when every Work in ``works`` has."""
     requests = [request for work in works for request in work._requests]
 
@@ -232,4 +243,4 @@ def combine_works(works: Sequence[Work], outputs: list, op_name: str) -> Work:
             if not work._done:
                 work._complete()
 
-    return Work(requests, outputs, finish, keep=list(works), op_name=op_name)
+    return Work(requests, outputs, finish, list(works))

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
 from ..transport import Transport
-from ..work import Work
+from ..work import ReceiveWork, Work
 from .ops import REDUCTIONS, mpi_datatype, reduction
 
 __all__ = ["MPIBackend"]
@@ -81,7 +81,7 @@ class MPIBackend(Transport):
 
     def _issue(self, blocking, nonblocking, args, async_op, user, finish=None, keep=None):
         if async_op:
-            return Work([nonblocking(*args)], user, finish, keep, op_name=nonblocking.__name__)
+            return Work([nonblocking(*args)], user, finish, keep)
         blocking(*args)
         if finish is not None:
             finish()
@@ -220,6 +220,6 @@ class MPIBackend(Transport):
         message = (buf, mpi_datatype(buf.dtype))
         if async_op:
             request = self._comm.Irecv(message, source, tag)
-            return Work([request], [user], keep=buf, status=status, op_name="recv")
+            return ReceiveWork(request, [user], buf, status)
         self._comm.Recv(message, source, tag, status)
         return status.Get_source()
