@@ -117,7 +117,7 @@ class Work:
         self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
-        self._done = False
+        self._done = not requests
         self._exception: BaseException | None = None
         self._future: Future | None = None
 
@@ -161,16 +161,18 @@ class Work:
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         """Block until the operation finishes; with ``timeout``, raise DistBackendError past it."""
-        if not self._done:
-            if timeout is not None:
-                self._wait_until(timeout)
-            elif len(self._requests) == 1:
-                self._requests[0].Wait(self._status)
-            elif self._requests:
-                self._requests[0].Waitall(self._requests)
-            self._complete()
-        elif self._exception is not None:
-            raise self._exception
+        if self._done:
+            if self._exception is not None:
+                raise self._exception
+            return True
+        requests = self._requests
+        if timeout is not None:
+            self._wait_until(timeout)
+        elif len(requests) == 1:
+            requests[0].Wait(self._status)
+        else:
+            requests[0].Waitall(requests)  # a Work without requests is created done
+        self._complete()
         return True
 
     def _wait_until(self, timeout: timedelta | float) -> None:
