@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output"]
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output",
+           "raise_unsupported"]
 
 try:
     from ml_dtypes import bfloat16 as _bf16_type
@@ -105,11 +106,13 @@ def as_array(x: Any, name: str = "tensor") -> np.ndarray:
                 f"(numpy array, torch tensor, DLPack or buffer object), got {type(x).__name__}"
             )
     if arr.dtype not in SUPPORTED:
-        raise TypeError(
-            f"`{name}` has dtype {arr.dtype}, which is not supported; "
-            f"supported: {', '.join(SUPPORTED_DTYPES)}"
-        )
+        raise_unsupported(arr.dtype, f"`{name}`")
     return arr
+
+
+def raise_unsupported(dtype: np.dtype, what: str) -> None:
+    """Raise the TypeError for a dtype outside ``SUPPORTED_DTYPES``."""
+    raise TypeError(f"{what} has dtype {dtype}, which is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
 
 
 def as_input(x: Any, name: str = "tensor") -> np.ndarray:

@@ -19,8 +19,8 @@ from .work import Work, combine_works
 __all__ = [
     "broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "gather",
     "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-    "barrier", "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base",
-    "_reduce_scatter_base",
+    "barrier", "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced",
+    "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base",
 ]
 
 

@@ -43,12 +43,13 @@ def _same_dtype(arrays: Sequence[np.ndarray], name: str) -> None:
                          f"found {', '.join(sorted(map(str, dtypes)))}")
 
 
-def _same_size(arrays: Sequence[np.ndarray], like: np.ndarray, op_name: str, name: str) -> None:
+def _same_size(arrays: Sequence[np.ndarray], like: np.ndarray, op_name: str, name: str,
+               like_name: str = "input") -> None:
     """Every block must match ``like``: a check each rank makes alone, so all ranks agree on it."""
     for i, a in enumerate(arrays):
         if a.size != like.size:
             raise ValueError(f"{op_name}: {name}[{i}] has {a.size} elements but every block must have "
-                             f"{like.size}, like this rank's {'input' if name != 'scatter_list' else 'output'}")
+                             f"{like.size}, like this rank's {like_name}")
 
 
 class ProcessGroup(TorchProcessGroupAPI):
@@ -226,7 +227,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         out = t.adapt_output(tensor, "tensor")
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
         _same_dtype([out, *(inps or ())], "scatter")
-        _same_size(inps or (), out, "scatter", "scatter_list")
+        _same_size(inps or (), out, "scatter", "scatter_list", "output")
         return t.scatter_list(out, inps, root, async_op, tensor)
 
     def _reduce_scatter(self, output, input_list, op, async_op):
@@ -236,7 +237,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         out = t.adapt_output(output, "output")
         inps = [t.adapt_input(i, "input_list") for i in input_list]
         _same_dtype([out, *inps], "reduce_scatter")
-        _same_size(inps, out, "reduce_scatter", "input_list")
+        _same_size(inps, out, "reduce_scatter", "input_list", "output")
         return t.reduce_scatter_list(out, inps, op, async_op, output)
 
     def _reduce_scatter_tensor(self, output, input, op, async_op):

@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from ..arrays import SUPPORTED, SUPPORTED_DTYPES
+from ..arrays import SUPPORTED, raise_unsupported
 from ..reduce_op import RedOpType
 
 __all__ = ["mpi_datatype", "Reduction", "REDUCTIONS", "reduction"]
@@ -119,7 +119,7 @@ def _check(op: RedOpType, dtype: np.dtype, name: str) -> None:
 
 def _build(op: RedOpType, dtype: np.dtype, name: str) -> Reduction:
     if dtype not in SUPPORTED:
-        raise TypeError(f"{name}: dtype {dtype} is not supported; supported: {', '.join(SUPPORTED_DTYPES)}")
+        raise_unsupported(dtype, f"{name}: the array")
     _check(op, dtype, name)
     datatype, native = _lookup(dtype)
     average = op is RedOpType.AVG
