@@ -9,11 +9,13 @@ from . import distributed_c10d
 from .debug import set_debug_level, set_debug_level_from_env
 from .distributed_c10d import *  # noqa: F403 - the torch.distributed names
 from .distributed_c10d import (  # private names torch users import
-    _all_gather_base, _get_default_group, _make_nccl_premul_sum, _reduce_scatter_base, _world,
+    _all_gather_base, _get_default_group, _get_default_store, _make_nccl_premul_sum, _reduce_scatter_base,
+    _world,
 )
 from .distributed_c10d import __all__ as _c10d_all
 from .errors import DistBackendError, DistError, DistNetworkError, DistStoreError, QueueEmptyError
 from .lifecycle import is_available
+from .store import FileStore, HashStore, MPIStore
 from .work import Future
 
 __version__ = "0.1.0"
@@ -21,5 +23,5 @@ __version__ = "0.1.0"
 __all__ = [
     *_c10d_all, "distributed_c10d", "is_available", "set_debug_level", "set_debug_level_from_env",
     "DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError",
-    "Future", "__version__",
+    "Future", "HashStore", "FileStore", "MPIStore", "__version__",
 ]

@@ -19,8 +19,8 @@ class _World:
     Fields: ``default_pg`` (the WORLD group or None), ``groups`` (live groups this rank
     belongs to, in creation order), ``group_count`` (groups created so far, members or not, as
     torch's ``get_pg_count``), ``node_local_rank``/``node_local_size`` (from MPI's shared-memory
-    split), ``thread_level`` (granted by MPI), ``owns_comm`` (the world communicator is a dup
-    we free on destroy). torch's ``pg_map``-style views are derived from ``groups``.
+    split), ``thread_level`` (granted by MPI), ``default_store`` (an MPIStore unless
+    ``init_process_group`` was given a store). torch's ``pg_map``-style views are derived from ``groups``.
     """
 
     def __init__(self) -> None:
@@ -33,6 +33,7 @@ class _World:
         self.node_local_rank: int | None = None
         self.node_local_size: int | None = None
         self.thread_level: str | None = None
+        self.default_store: Any = None
 
     @property
     def pg_map(self) -> dict[ProcessGroup, tuple[str, None]]:

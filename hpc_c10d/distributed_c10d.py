@@ -18,8 +18,8 @@ from .groups import (
     get_global_rank, get_group_rank, get_process_group_ranks, new_group, new_subgroups,
     new_subgroups_by_enumeration, split_group,
 )
-from .lifecycle import (  # noqa: F401 - _get_default_group: torch code calls it
-    _get_default_group, default_pg_timeout, destroy_process_group, get_backend,
+from .lifecycle import (  # noqa: F401 - _get_default_group/_get_default_store: torch code calls them
+    _get_default_group, _get_default_store, default_pg_timeout, destroy_process_group, get_backend,
     get_backend_config, get_default_backend_for_device, get_node_local_rank, get_pg_count,
     get_rank, get_world_size, init_process_group, is_gloo_available, is_initialized,
     is_mpi_available, is_nccl_available, is_torchelastic_launched, is_ucc_available,
@@ -38,6 +38,7 @@ from .options import (
 from .p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp, _make_nccl_premul_sum, reduce_op  # noqa: F401
+from .store import PrefixStore, Store
 from .work import Work
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "default_pg_timeout", "get_group_rank", "get_global_rank", "get_process_group_ranks",
     "reduce_op", "all_gather_into_tensor", "reduce_scatter_tensor", "get_node_local_rank",
     "split_group", "monitored_barrier", "GroupName", "all_gather_single", "reduce_scatter_single",
+    "Store", "PrefixStore",
 ]
 
 #: A process group's name (torch's NewType over str).

@@ -12,6 +12,7 @@ from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
+from .store import MPIStore, Store
 
 __all__ = [
     "default_pg_timeout", "init_process_group", "destroy_process_group", "is_initialized",
@@ -19,7 +20,7 @@ __all__ = [
     "is_ucc_available", "is_xccl_available", "is_backend_available", "is_torchelastic_launched",
     "get_rank", "get_world_size", "get_backend", "get_backend_config", "get_pg_count",
     "get_node_local_rank", "get_default_backend_for_device", "supports_complex",
-    "_get_default_group", "check_timeout",
+    "_get_default_group", "_get_default_store", "check_timeout",
 ]
 
 #: torch's default for every group's timeout.
@@ -74,8 +75,9 @@ def init_process_group(
 
     Run under ``mpiexec``/``srun``: ranks and world size come from MPI. ``backend`` may be
     None (``cpu:mpi,cuda:nccl``), ``"mpi"``, ``"gloo"`` (an alias of the MPI CPU backend) or a
-    ``"cpu:mpi,cuda:nccl"`` map. ``init_method`` and ``store`` are accepted for compatibility;
-    ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an mpi4py
+    ``"cpu:mpi,cuda:nccl"`` map. ``init_method`` is accepted for compatibility. The default store
+    is an ``MPIStore`` over the world (created collectively here); a ``store`` given is used
+    instead. ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an mpi4py
     intracommunicator) runs the world on a sub-communicator instead of ``COMM_WORLD``.
 
     Example::
@@ -88,6 +90,8 @@ def init_process_group(
         raise ValueError("trying to initialize the default process group twice!")
     timeout = check_timeout(timeout)
     _check_init_method(init_method, store)
+    if store is not None and not isinstance(store, Store):
+        raise TypeError(f"store must be a Store, got {type(store).__name__}")
     config = BackendConfig(backend)
     MPI = bootstrap.initialize()
     base = MPI.COMM_WORLD if comm is None else comm
@@ -103,6 +107,7 @@ def init_process_group(
     pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
                       timeout, "default_pg")
     pg.bound_device_id = device_id
+    _world.default_store = MPIStore(world, timeout=timeout) if store is None else store
     _world.default_pg = pg
     _world.groups.append(pg)
     _world.group_count = 1
@@ -112,6 +117,8 @@ def destroy_process_group(group: ProcessGroup | None = None) -> None:
     """Free ``group``'s communicator, or every group (and the default one) when None."""
     if group is None or group is GroupMember.WORLD:
         default_group()
+        if isinstance(_world.default_store, MPIStore):
+            _world.default_store.close()
         for pg in reversed(_world.groups):
             pg._destroy()
         _world.reset()
@@ -240,3 +247,9 @@ def supports_complex(reduceOp: Any) -> bool:  # noqa: N803 - torch's name
 def _get_default_group() -> ProcessGroup:
     """Return the default process group (ValueError before init)."""
     return default_group()
+
+
+def _get_default_store() -> Store:
+    """Return the store made (or given) at ``init_process_group`` (ValueError before init)."""
+    default_group()
+    return _world.default_store

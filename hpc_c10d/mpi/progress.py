@@ -1,0 +1,103 @@
+"""A light thread that lets MPI serve other ranks' one-sided requests while this rank computes.
+
+Passive-target RMA (what MPIStore uses) needs the target process to enter the MPI library
+whenever the data path is not plain shared memory: between nodes, or on one node with
+``MPIR_CVAR_NOLOCAL=1``. A rank busy in pure Python would stall every store operation aimed
+at it. This thread sleeps ``interval`` seconds, makes one cheap MPI call that drives the
+progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
+``MPICH_ASYNC_PROGRESS`` it never spins, so collectives keep their speed.
+
+Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns it off).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import warnings
+from typing import Any
+
+__all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "interval_from_env", "ProgressThread", "progress"]
+
+INTERVAL_ENV = "HPC_C10D_STORE_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL = 0.002
+
+
+def interval_from_env() -> float:
+    """Return the configured interval in seconds; ValueError for a malformed or negative one."""
+    text = os.environ.get(INTERVAL_ENV, "")
+    if not text.strip():
+        return DEFAULT_INTERVAL
+    try:
+        interval = float(text)
+    except ValueError:
+        raise ValueError(f"{INTERVAL_ENV}={text!r} is not a number of seconds") from None
+    if interval < 0:
+        raise ValueError(f"{INTERVAL_ENV}={text!r} must be >= 0 (0 turns the thread off)")
+    return interval
+
+
+class ProgressThread:
+    """One per process, shared by every MPIStore: started by the first user, stopped by the last."""
+
+    def __init__(self) -> None:
+        self._users = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._comm: Any = None
+        self._exit_hook = False
+
+    @property
+    def running(self) -> bool:
+        """True while the thread is alive."""
+        return self._thread is not None
+
+    def join(self, MPI: Any, interval: float) -> None:
+        """Register a user; start the thread if it is the first and the interval is not 0."""
+        with self._lock:
+            self._users += 1
+            if self._thread is not None or interval == 0:
+                return
+            if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+                warnings.warn("MPI did not grant MPI_THREAD_MULTIPLE: MPIStore operations aimed at this "
+                              "rank wait until it next calls MPI (no progress thread)", stacklevel=3)
+                return
+            self._comm = MPI.COMM_SELF.Dup()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, args=(interval, MPI.ANY_SOURCE, MPI.ANY_TAG),
+                                            name="hpc_c10d-mpi-progress", daemon=True)
+            self._thread.start()
+            if not self._exit_hook:  # stop before mpi4py finalizes MPI at exit
+                atexit.register(self._halt)
+                self._exit_hook = True
+
+    def leave(self) -> None:
+        """Drop a user; stop the thread when none is left."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users == 0:
+                self._halt_locked()
+
+    def _run(self, interval: float, any_source: int, any_tag: int) -> None:
+        comm, stop = self._comm, self._stop
+        while not stop.wait(interval):
+            comm.Iprobe(any_source, any_tag)
+
+    def _halt(self) -> None:
+        with self._lock:
+            self._halt_locked()
+
+    def _halt_locked(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._comm.Free()
+        self._comm = None
+
+
+#: The process's progress thread.
+progress = ProgressThread()

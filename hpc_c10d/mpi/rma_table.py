@@ -1,0 +1,473 @@
+"""A hash table sharded over a communicator's ranks, living in MPI-3 RMA windows.
+
+Every rank exposes one window from ``Win.Allocate`` (so that on shared memory other ranks
+reach it with plain loads and stores) laid out as::
+
+    header  version | heap top | visible keys | live keys | used slots | free-list heads
+    slots   nslots x 128 bytes, open addressing:
+            tag | value size (-1: counter) | key size | heap offset (-1: inline) | heap block size
+            | counter word | 80 bytes inline for key and value
+    heap    ``capacity`` bytes of blocks in size classes (4 per power of two)
+
+A key's hash picks its owner rank and its first slot. The window stays in one
+``Lock_all(MODE_NOCHECK)`` epoch for its whole life. Writers take the owner's ``version``
+word from even to odd with ``Compare_and_swap``, write, flush and make it even again;
+readers never write: they read the version, the slots, the version again and retry on a
+change (a sequence lock), so thousands of ranks polling one key do not contend.
+
+Values that are canonical decimal integers (counters) live in the slot's counter word:
+20 bits of generation over a 44-bit signed value, changed only by ``Compare_and_swap``.
+``add`` on a counter whose slot this rank has seen before is then a single compare-and-swap,
+with no lock: the generation changes whenever the slot stops holding that counter, so a
+stale swap fails instead of landing on another key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..errors import DistStoreError
+from ..store.key_value import DELETE, KEEP, is_hidden
+
+__all__ = ["ShardedTable", "size_class"]
+
+R = TypeVar("R")
+
+_WORD = 8
+_VERSION, _TOP, _VISIBLE, _LIVE, _USED = (i * _WORD for i in range(5))
+_FREE = 5 * _WORD
+_CLASSES = 256
+_SLOTS = _FREE + _CLASSES * _WORD
+_SLOT_WORDS = 16
+_SLOT = _SLOT_WORDS * _WORD
+_COUNTER_AT = 5 * _WORD  # byte offset of the counter word in a slot
+_INLINE_AT = 6 * _WORD
+_INLINE = _SLOT - _INLINE_AT
+_EMPTY, _TOMBSTONE = 0, 1
+_IS_COUNTER = -1
+_PROBE = 4  # slots fetched per round trip
+_MIN_BLOCK = 64
+_LONGEST_PAUSE = 1e-3
+_VALUE_BITS = 44
+_VALUE_MASK = (1 << _VALUE_BITS) - 1
+_GEN_MASK = (1 << (64 - _VALUE_BITS)) - 1
+_LIMIT = 1 << (_VALUE_BITS - 1)
+_CANONICAL = re.compile(rb"-?(?:0|[1-9][0-9]{0,13})")
+_CACHED_COUNTERS = 1 << 16
+
+
+def size_class(nbytes: int) -> tuple[int, int]:
+    """Return (class index, block size) of the smallest block holding ``nbytes``."""
+    n = max(nbytes, _MIN_BLOCK)
+    exp = n.bit_length() - 1
+    quarter = 1 << (exp - 2)
+    steps = -(-(n - (1 << exp)) // quarter)
+    return 4 * exp + steps, (1 << exp) + steps * quarter
+
+
+def _counter(gen: int, value: int) -> int:
+    word = ((gen & _GEN_MASK) << _VALUE_BITS) | (value & _VALUE_MASK)
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
+def _gen(word: int) -> int:
+    return (word >> _VALUE_BITS) & _GEN_MASK
+
+
+def _value(word: int) -> int:
+    value = word & _VALUE_MASK
+    return value - (1 << _VALUE_BITS) if value >= _LIMIT else value
+
+
+def _as_counter(value: bytes) -> int | None:
+    """The int a canonical decimal ``value`` spells if it fits a counter word, else None."""
+    if _CANONICAL.fullmatch(value) is None or value == b"-0":
+        return None
+    number = int(value)
+    return number if -_LIMIT <= number < _LIMIT else None
+
+
+class _Torn(Exception):
+    """A lock-free read saw a half-written slot; read again."""
+
+
+class _Slot:
+    """One slot as read: its index, its words, and its key and text value once fetched."""
+
+    __slots__ = ("index", "value_size", "key_size", "offset", "block", "word", "value")
+
+    def __init__(self, index: int, words: list[int]) -> None:
+        self.index = index
+        _, self.value_size, self.key_size, self.offset, self.block, self.word = words[:6]
+        self.value: bytes | None = None
+
+    @property
+    def counter(self) -> bool:
+        return self.value_size == _IS_COUNTER
+
+    def record_size(self) -> int:
+        return self.key_size + (0 if self.counter else self.value_size)
+
+
+class ShardedTable:
+    """The distributed hash table behind MPIStore (collective construction over ``comm``)."""
+
+    def __init__(self, MPI: Any, comm: Any, capacity: int, max_keys: int) -> None:
+        self._MPI = MPI
+        self._size, self.rank = comm.Get_size(), comm.Get_rank()
+        self.capacity, self.max_keys = capacity, max_keys
+        self._nslots = 2 * max_keys
+        self._heap = -(-(_SLOTS + self._nslots * _SLOT) // 64) * 64
+        self.lock_timeout = 300.0
+        self._win = MPI.Win.Allocate(self._heap + capacity, 1, comm=comm)
+        meta = np.frombuffer(self._win.tomemory(), np.uint8, self._heap)
+        if meta.any():  # fresh pages are usually zero already; writing would touch them all
+            meta[:] = 0
+        comm.Barrier()
+        self._win.Lock_all(MPI.MODE_NOCHECK)
+        self._guard = threading.Lock()
+        self._desired, self._compare, self._fetched = (np.zeros(1, np.int64) for _ in range(3))
+        self._probe = np.zeros(_PROBE * _SLOT_WORDS, np.int64)
+        self._probe_bytes = memoryview(self._probe).cast("B")
+        self._pending: list[Any] = []  # origin buffers of puts not yet flushed
+        self._versions = [0] * self._size  # last even version seen per rank (first CAS guess)
+        self._counters: dict[bytes, tuple[int, int, int]] = {}  # key -> (rank, slot, counter word)
+
+    # --- placement --------------------------------------------------------------------------
+    def owner(self, key: bytes) -> int:
+        """The rank whose window holds ``key``."""
+        return self._locate(key)[0]
+
+    def _locate(self, key: bytes) -> tuple[int, int, int]:
+        digest = hashlib.blake2b(key, digest_size=16).digest()
+        tag = int.from_bytes(digest[8:], "little", signed=True)
+        return (int.from_bytes(digest[:8], "little") % self._size, tag + 2 if tag in (0, 1) else tag,
+                (tag & 0x7FFFFFFFFFFFFFFF) % self._nslots)
+
+    # --- raw RMA ----------------------------------------------------------------------------
+    def _flush(self, rank: int) -> None:
+        self._win.Flush(rank)
+        self._pending.clear()
+
+    def _get(self, rank: int, disp: int, buf: Any) -> None:
+        if self._pending:  # a get is not ordered after an unflushed put
+            self._flush(rank)
+        self._win.Get([buf, self._MPI.BYTE], rank, (disp, buf.nbytes, self._MPI.BYTE))
+
+    def _put(self, rank: int, disp: int, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        self._pending.append(data)
+        self._win.Put([view, self._MPI.BYTE], rank, (disp, view.nbytes, self._MPI.BYTE))
+
+    def _put_words(self, rank: int, disp: int, *words: int) -> None:
+        self._put(rank, disp, np.array(words, np.int64))
+
+    def _read_words(self, rank: int, disp: int, count: int) -> list[int]:
+        buf = np.empty(count, np.int64)
+        self._get(rank, disp, buf)
+        self._flush(rank)
+        return buf.tolist()
+
+    def _read_bytes(self, rank: int, disp: int, nbytes: int) -> bytes:
+        buf = np.empty(nbytes, np.uint8)
+        self._get(rank, disp, buf)
+        self._flush(rank)
+        return buf.tobytes()
+
+    def _fetch(self, rank: int, disp: int) -> int:
+        """Atomically read the word at ``disp``."""
+        self._win.Fetch_and_op(self._desired, self._fetched, rank, disp, self._MPI.NO_OP)
+        self._win.Flush(rank)
+        return int(self._fetched[0])
+
+    def _swap(self, rank: int, disp: int, expected: int, desired: int) -> int:
+        """Compare-and-swap the word at ``disp``; return the word found there."""
+        self._compare[0], self._desired[0] = expected, desired
+        self._win.Compare_and_swap(self._desired, self._compare, self._fetched, rank, disp)
+        self._win.Flush(rank)
+        return int(self._fetched[0])
+
+    # --- the sequence lock ------------------------------------------------------------------
+    def _held_too_long(self, rank: int) -> DistStoreError:
+        return DistStoreError(f"MPIStore: the table lock on rank {rank} stayed taken for {self.lock_timeout:g} s "
+                              "(a rank died or stopped inside a store operation)")
+
+    def _backoff(self, rank: int, pause: float, deadline: float) -> float:
+        if time.monotonic() > deadline:
+            raise self._held_too_long(rank)
+        time.sleep(pause)
+        return min(2 * pause, _LONGEST_PAUSE)
+
+    def _lock(self, rank: int) -> int:
+        seen, pause, deadline = self._versions[rank], 1e-6, time.monotonic() + self.lock_timeout
+        while True:
+            if seen % 2 == 0:
+                found = self._swap(rank, _VERSION, seen, seen + 1)
+                if found == seen:
+                    return seen + 1
+                seen = found
+                if seen % 2 == 0:
+                    continue
+            pause = self._backoff(rank, pause, deadline)
+            seen = self._fetch(rank, _VERSION)
+
+    def _unlock(self, rank: int, held: int) -> None:
+        self._swap(rank, _VERSION, held, held + 1)
+        self._versions[rank] = held + 1
+
+    def _consistent(self, rank: int, read: Callable[[], R]) -> R:
+        """Run ``read`` between two equal even versions of ``rank``'s window."""
+        pause, deadline = 1e-6, time.monotonic() + self.lock_timeout
+        while True:
+            before = self._fetch(rank, _VERSION)
+            if before % 2 == 0:
+                try:
+                    result = read()
+                except _Torn:
+                    result = _Torn
+                if result is not _Torn and self._fetch(rank, _VERSION) == before:
+                    self._versions[rank] = before
+                    return result
+            pause = self._backoff(rank, pause, deadline)
+
+    # --- slots ------------------------------------------------------------------------------
+    def _find(self, rank: int, key: bytes, tag: int, start: int, with_value: bool) -> tuple[_Slot | None, int | None, bool]:
+        """Return (the key's slot or None, first reusable slot index, whether that one is empty)."""
+        reusable, index, seen = None, start, 0
+        probe, raw = self._probe, self._probe_bytes
+        while seen < self._nslots:
+            count = min(_PROBE, self._nslots - index, self._nslots - seen)
+            self._get(rank, _SLOTS + index * _SLOT, probe[:count * _SLOT_WORDS])
+            self._flush(rank)
+            words = probe[:count * _SLOT_WORDS].tolist()
+            for j in range(count):
+                first = j * _SLOT_WORDS
+                slot_tag = words[first]
+                if slot_tag == _EMPTY:
+                    return None, (index + j, True) if reusable is None else reusable
+                if slot_tag == _TOMBSTONE:
+                    reusable = (index + j, False) if reusable is None else reusable
+                elif slot_tag == tag and words[first + 2] == len(key):
+                    slot = _Slot(index + j, words[first:first + 6])
+                    record = self._record(rank, slot, raw[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
+                    if record[:slot.key_size] == key:
+                        if with_value and not slot.counter:
+                            slot.value = record[slot.key_size:]
+                        return slot, reusable
+            seen += count
+            index = (index + count) % self._nslots
+        return None, reusable
+
+    def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
+        size = slot.record_size() if with_value else slot.key_size
+        if slot.offset < 0:
+            if slot.record_size() > _INLINE:
+                raise _Torn
+            return bytes(inline[:size])
+        if slot.offset + slot.block > self.capacity or slot.record_size() > slot.block:
+            raise _Torn
+        return self._read_bytes(rank, self._heap + slot.offset, size)
+
+    # --- lock-free reads --------------------------------------------------------------------
+    def load(self, key: bytes) -> bytes | None:
+        """Return the value of ``key`` or None."""
+        with self._guard:
+            cached = self._counters.get(key)
+            if cached is not None:
+                rank, index, word = cached
+                now = self._fetch(rank, _SLOTS + index * _SLOT + _COUNTER_AT)
+                if _gen(now) == _gen(word):
+                    self._counters[key] = (rank, index, now)
+                    return str(_value(now)).encode()
+                del self._counters[key]
+            rank, tag, start = self._locate(key)
+            slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
+        if slot is None:
+            return None
+        if slot.counter:
+            self._remember(key, rank, slot.index, slot.word)
+            return str(_value(slot.word)).encode()
+        return slot.value
+
+    def contains(self, key: bytes) -> bool:
+        """Return True if ``key`` is set."""
+        rank, tag, start = self._locate(key)
+        with self._guard:
+            slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, False))
+        return slot is not None
+
+    def count(self) -> int:
+        """Return the number of visible keys over all ranks."""
+        with self._guard:
+            return sum(self._consistent(rank, lambda: self._read_words(rank, _VISIBLE, 1)[0])
+                       for rank in range(self._size))
+
+    def keys(self) -> list[bytes]:
+        """Return every key (internal ones included)."""
+        with self._guard:
+            return [key for rank in range(self._size) for key in self._consistent(rank, lambda: self._keys_of(rank))]
+
+    def _keys_of(self, rank: int) -> list[bytes]:
+        table = np.empty(self._nslots * _SLOT_WORDS, np.int64)
+        self._get(rank, _SLOTS, table)
+        self._flush(rank)
+        raw, words, keys = memoryview(table).cast("B"), table.tolist(), []
+        for first in range(0, len(words), _SLOT_WORDS):
+            if words[first] not in (_EMPTY, _TOMBSTONE):
+                slot = _Slot(first // _SLOT_WORDS, words[first:first + 6])
+                inline = raw[first * _WORD + _INLINE_AT:(first + _SLOT_WORDS) * _WORD]
+                keys.append(self._record(rank, slot, inline, False))
+        return keys
+
+    # --- counters without the lock ----------------------------------------------------------
+    def _remember(self, key: bytes, rank: int, index: int, word: int) -> None:
+        if len(self._counters) >= _CACHED_COUNTERS:
+            self._counters.clear()
+        self._counters[key] = (rank, index, word)
+
+    def add(self, key: bytes, amount: int) -> int | None:
+        """Add to a counter this rank has seen, with compare-and-swap only; None if that cannot be done."""
+        with self._guard:
+            cached = self._counters.get(key)
+            if cached is None:
+                return None
+            rank, index, word = cached
+            disp = _SLOTS + index * _SLOT + _COUNTER_AT
+            while True:
+                total = _value(word) + amount
+                if not -_LIMIT <= total < _LIMIT:
+                    return None
+                found = self._swap(rank, disp, word, _counter(_gen(word), total))
+                if found == word:
+                    self._counters[key] = (rank, index, _counter(_gen(word), total))
+                    return total
+                if _gen(found) != _gen(word):
+                    del self._counters[key]
+                    return None
+                word = found
+
+    # --- locked updates ---------------------------------------------------------------------
+    def update(self, key: bytes, change: Callable[[bytes | None], tuple[Any, R]], reads_old: bool) -> R:
+        """Atomically apply ``change(old) -> (new, result)`` to ``key`` (see KeyValueStore)."""
+        rank, tag, start = self._locate(key)
+        with self._guard:
+            held = self._lock(rank)
+            try:
+                slot, reusable = self._find(rank, key, tag, start, reads_old)
+                while True:
+                    old = None if slot is None else str(_value(slot.word)).encode() if slot.counter else \
+                        slot.value if reads_old else b""
+                    new, result = change(old)
+                    if new is KEEP or slot is None or not slot.counter:
+                        break
+                    number = None if new is DELETE else _as_counter(new)
+                    gen = _gen(slot.word) + (number is None)  # a new generation unless it stays a counter
+                    desired = _counter(gen, 0 if number is None else number)
+                    found = self._swap(rank, _SLOTS + slot.index * _SLOT + _COUNTER_AT, slot.word, desired)
+                    if found == slot.word:
+                        slot.word = desired
+                        if number is not None:
+                            self._remember(key, rank, slot.index, desired)
+                            return result
+                        slot.value_size, slot.value = 0, b""  # sealed: now an empty text entry
+                        break
+                    slot.word = found  # an add got in first: decide again on its value
+                if new is DELETE:
+                    if slot is not None:
+                        self._remove(rank, key, slot)
+                elif new is not KEEP:
+                    self._write(rank, key, tag, slot, reusable, new)
+                self._flush(rank)
+                return result
+            finally:
+                self._unlock(rank, held)
+
+    def _full(self, rank: int, what: str) -> DistStoreError:
+        return DistStoreError(f"MPIStore is full on rank {rank}: {what}. Nothing was changed. Create the store "
+                              "with a larger capacity=/max_keys= or set HPC_C10D_STORE_CAPACITY / "
+                              "HPC_C10D_STORE_MAX_KEYS (they apply per rank).")
+
+    def _write(self, rank: int, key: bytes, tag: int, slot: _Slot | None, reusable: tuple[int, bool] | None,
+               value: bytes) -> None:
+        number = _as_counter(value)
+        record = key if number is not None else key + value if len(key) + len(value) <= _INLINE else None
+        if slot is None:
+            if reusable is None:
+                raise self._full(rank, "its slot table has no free slot")
+            visible, live, used = self._read_words(rank, _VISIBLE, 3)
+            index, empty = reusable
+            if live >= self.max_keys:
+                raise self._full(rank, f"it holds {live} keys, the most it may (max_keys={self.max_keys})")
+            if empty and used >= self._nslots - 1:
+                raise self._full(rank, "its slot table is clogged by deleted keys")
+            word = self._fetch(rank, _SLOTS + index * _SLOT + _COUNTER_AT)
+            offset, block = self._place(rank, None, len(key) + len(value) if record is None else len(record))
+            self._put_words(rank, _VISIBLE, visible + (not is_hidden(key)), live + 1, used + empty)
+        else:
+            index, word = slot.index, slot.word
+            offset, block = self._place(rank, slot, len(key) + len(value) if record is None else len(record))
+        if number is not None:
+            gen = _gen(word) + (slot is None or not slot.counter)
+            self._swap(rank, _SLOTS + index * _SLOT + _COUNTER_AT, word, _counter(gen, number))
+            self._remember(key, rank, index, _counter(gen, number))
+        if offset < 0:
+            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, record)
+        else:
+            self._put(rank, self._heap + offset, key)
+            if number is None:
+                self._put(rank, self._heap + offset + len(key), value)
+        self._put_words(rank, _SLOTS + index * _SLOT, tag, _IS_COUNTER if number is not None else len(value),
+                        len(key), offset, block)
+
+    def _place(self, rank: int, slot: _Slot | None, need: int) -> tuple[int, int]:
+        """Return (heap offset, block size) for a ``need``-byte record; (-1, 0) if it goes inline."""
+        block_now = slot is not None and slot.offset >= 0
+        if need <= _INLINE:
+            if block_now:
+                self._release(rank, slot.offset, slot.block)
+            return -1, 0
+        if block_now and need <= slot.block:
+            return slot.offset, slot.block
+        offset, block = self._allocate(rank, need)  # raises before anything is written
+        if block_now:
+            self._release(rank, slot.offset, slot.block)
+        return offset, block
+
+    def _allocate(self, rank: int, need: int) -> tuple[int, int]:
+        cls, size = size_class(need)
+        top, head = self._read_words(rank, _TOP, 1)[0], self._read_words(rank, _FREE + cls * _WORD, 1)[0]
+        if head:
+            following = self._read_words(rank, self._heap + head - 1, 1)[0]
+            self._put_words(rank, _FREE + cls * _WORD, following)
+            return head - 1, size
+        if size > self.capacity - top:
+            raise self._full(rank, f"a {need}-byte entry needs a {size}-byte block and {self.capacity - top} of "
+                                   f"its {self.capacity} bytes are unused (capacity={self.capacity})")
+        self._put_words(rank, _TOP, top + size)
+        return top, size
+
+    def _release(self, rank: int, offset: int, block: int) -> None:
+        cls = size_class(block)[0]
+        head = self._read_words(rank, _FREE + cls * _WORD, 1)[0]
+        self._put_words(rank, self._heap + offset, head)
+        self._put_words(rank, _FREE + cls * _WORD, offset + 1)
+
+    def _remove(self, rank: int, key: bytes, slot: _Slot) -> None:
+        self._counters.pop(key, None)
+        visible, live = self._read_words(rank, _VISIBLE, 2)
+        if slot.offset >= 0:
+            self._release(rank, slot.offset, slot.block)
+        self._put_words(rank, _SLOTS + slot.index * _SLOT, _TOMBSTONE)
+        self._put_words(rank, _VISIBLE, visible - (not is_hidden(key)), live - 1)
+
+    def free(self) -> None:
+        """Release the window (collective)."""
+        self._win.Unlock_all()
+        self._win.Free()

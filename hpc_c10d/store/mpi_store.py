@@ -1,0 +1,150 @@
+"""MPIStore: the default store, kept in the job's own memory through MPI one-sided communication.
+
+No server and no port: each rank of the communicator owns a shard of a hash table in an
+MPI-3 RMA window (``hpc_c10d.mpi.rma_table``) and every rank reads and updates any shard
+directly. A light progress thread (``hpc_c10d.mpi.progress``) keeps requests moving while the
+owner of a shard computes without calling MPI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from ..mpi import bootstrap
+from ..mpi.progress import interval_from_env, progress
+from .base import DEFAULT_TIMEOUT, as_amount, as_key, as_timeout
+from ..process_group import ProcessGroup
+from .key_value import KeyValueStore
+
+__all__ = ["MPIStore", "CAPACITY_ENV", "MAX_KEYS_ENV", "DEFAULT_CAPACITY", "DEFAULT_MAX_KEYS"]
+
+R = TypeVar("R")
+
+CAPACITY_ENV = "HPC_C10D_STORE_CAPACITY"
+MAX_KEYS_ENV = "HPC_C10D_STORE_MAX_KEYS"
+#: Bytes of keys and values each rank holds (memory is touched only as it fills).
+DEFAULT_CAPACITY = 128 << 20
+#: Keys each rank holds.
+DEFAULT_MAX_KEYS = 16384
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse ``"256M"``, ``"1GiB"``, ``"65536"`` into bytes; ValueError otherwise."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size such as 65536, 64M or 1GiB")
+    return int(match.group(1)) << (10 * " kmgt".index(match.group(2).lower() or " "))
+
+
+def _setting(value: Any, env: str, default: int, parse: Callable[[str], int], name: str) -> int:
+    if value is None:
+        text = os.environ.get(env, "")
+        value = parse(text) if text.strip() else default
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+class MPIStore(KeyValueStore):
+    """A Store spread over the ranks of ``comm`` (an mpi4py communicator or a ProcessGroup; default
+    the world). Creating and closing it are collective.
+
+    ``capacity`` (bytes) and ``max_keys`` are per rank and must agree on every rank; they default
+    to ``HPC_C10D_STORE_CAPACITY`` (e.g. ``512M``) and ``HPC_C10D_STORE_MAX_KEYS``, else 128 MiB
+    and 16384. Blocks come in size classes up to 25% larger than their entry, so one value may
+    use at most about 0.8 x capacity. Running out raises DistStoreError and changes nothing.
+    """
+
+    def __init__(self, comm: Any = None, *, timeout: timedelta = DEFAULT_TIMEOUT, capacity: int | None = None,
+                 max_keys: int | None = None) -> None:
+        MPI = bootstrap.initialize()
+        base = MPI.COMM_WORLD if comm is None else comm.comm if isinstance(comm, ProcessGroup) else comm
+        if not isinstance(base, MPI.Intracomm) or base == MPI.COMM_NULL:
+            raise TypeError(f"comm must be an mpi4py intracommunicator, got {comm!r}")
+        try:  # every rank checks its own arguments, then all agree before anything is created
+            super().__init__(timeout)
+            settings: Any = (_setting(capacity, CAPACITY_ENV, DEFAULT_CAPACITY, parse_size, "capacity"),
+                             _setting(max_keys, MAX_KEYS_ENV, DEFAULT_MAX_KEYS, int, "max_keys"),
+                             interval_from_env())
+        except (TypeError, ValueError) as err:
+            settings = err
+        every = base.allgather(settings)
+        problems = [(rank, s) for rank, s in enumerate(every) if isinstance(s, Exception)]
+        if problems:
+            rank, err = problems[0]
+            raise type(err)(f"MPIStore on rank {rank}: {err}")
+        if len({s[:2] for s in every}) > 1:
+            raise ValueError(f"MPIStore: capacity/max_keys differ between ranks: {sorted({s[:2] for s in every})}")
+        capacity, max_keys, interval = settings
+        from ..mpi.rma_table import ShardedTable  # late: the table builds on key_value
+
+        self._comm = base.Dup()
+        self._table = ShardedTable(MPI, self._comm, capacity, max_keys)
+        self._table.lock_timeout = self._timeout.total_seconds()
+        progress.join(MPI, interval)
+        self._open = True
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        self._timeout = as_timeout(timeout)
+        self._table.lock_timeout = timeout.total_seconds()
+
+    @property
+    def capacity(self) -> int:
+        """Bytes of keys and values each rank can hold."""
+        return self._table.capacity
+
+    @property
+    def max_keys(self) -> int:
+        """Keys each rank can hold."""
+        return self._table.max_keys
+
+    @property
+    def comm(self) -> Any:
+        """The store's own communicator (a duplicate of the one given)."""
+        return self._comm
+
+    def owner(self, key: str) -> int:
+        """Return the rank (of the store's communicator) whose memory holds ``key``."""
+        return self._table.owner(key.encode())
+
+    def _describe(self) -> str:
+        return f"MPIStore(ranks={self._comm.Get_size()})"
+
+    def __repr__(self) -> str:
+        return f"<MPIStore ranks={self._comm.Get_size()} capacity={self.capacity} max_keys={self.max_keys}>"
+
+    def add(self, key: str, amount: int) -> int:
+        total = self._table.add(as_key(key).encode(), as_amount(amount))  # lock-free when possible
+        return super().add(key, amount) if total is None else total
+
+    def _load(self, key: bytes) -> bytes | None:
+        return self._table.load(key)
+
+    def _contains(self, key: bytes) -> bool:
+        return self._table.contains(key)
+
+    def _update(self, key: bytes, change: Callable[[bytes | None], tuple[Any, R]], reads_old: bool = True) -> R:
+        return self._table.update(key, change, reads_old)
+
+    def _keys(self) -> list[bytes]:
+        return self._table.keys()
+
+    def _count(self) -> int:
+        return self._table.count()
+
+    def close(self) -> None:
+        """Free the windows; collective over the store's communicator. Safe to call twice."""
+        if not self._open:
+            return
+        self._open = False
+        progress.leave()
+        self._table.free()
+        self._comm.Free()
