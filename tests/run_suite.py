@@ -4,6 +4,9 @@
 Stages
   serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
   n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi tests/
+  net n=2,4  the store tests again with the MPI library forced onto its network path
+           (MPICH: MPIR_CVAR_NOLOCAL=1; Open MPI: the rdma one-sided component over TCP),
+           where one-sided operations need the target's progress, as between nodes
 
 Every stage runs under a hard wall-clock limit (``--timeout``, and an overall
 ``--total-timeout``); on expiry the whole process tree of the stage is killed
@@ -44,6 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
 WORKER_FLAG = "--rank-worker"
+# Run again on the MPI library's network path (one-sided progress needs the target).
+STORE_TESTS = ["tests/test_mpi_store.py", "tests/test_store_contract.py"]
 
 # Environment variables that carry the MPI rank, most specific first.
 RANK_VARS = (
@@ -233,6 +238,7 @@ class Stage:
     tag: str
     nranks: int  # 0 for the serial stage
     cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to the environment of this stage
     rc: int | None = None
     timed_out: bool = False
     not_run: str = ""
@@ -340,7 +346,8 @@ def evaluate(stage: Stage, results_dir: Path) -> list[int]:
 def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
     print(f"\n{'=' * 78}\n== stage {stage.name}: {shlex.join(stage.cmd)}\n== (timeout {timeout:.0f}s)\n{'=' * 78}", flush=True)
     t0 = time.monotonic()
-    proc = subprocess.Popen(stage.cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(stage.cmd, cwd=ROOT, env={**env, **stage.env}, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
         stage.rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -388,6 +395,8 @@ def main(argv: list[str]) -> int:
         epilog="Unrecognised options, and everything after --, are passed to every pytest run.",
     )
     ap.add_argument("--sizes", default="1,2,3,4", help="comma-separated MPI world sizes (default 1,2,3,4; '' or 0 for none)")
+    ap.add_argument("--net-sizes", default="2,4",
+                    help="world sizes for the network-path store stages (default 2,4; '' or 0 for none)")
     ap.add_argument("--timeout", type=float, default=900, help="wall-clock limit per stage in seconds (default 900)")
     ap.add_argument("--total-timeout", type=float, default=2700,
                     help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
@@ -407,6 +416,7 @@ def main(argv: list[str]) -> int:
     if args.keyword is not None:
         extra = ["-k", args.keyword, *extra]
     sizes = [int(s) for s in args.sizes.replace(" ", "").split(",") if s and int(s) > 0]
+    net_sizes = [int(s) for s in args.net_sizes.replace(" ", "").split(",") if s and int(s) > 0]
 
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -430,10 +440,11 @@ def main(argv: list[str]) -> int:
             f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
         ]))
 
-    mpiexec = (args.mpiexec or find_mpiexec()) if sizes else None
+    mpiexec = (args.mpiexec or find_mpiexec()) if sizes or net_sizes else None
     launcher_note = ""
     launch_extra: list[str] = []
-    if sizes:
+    network_path: dict[str, str] = {}
+    if sizes or net_sizes:
         if mpiexec is None:
             launcher_note = "mpiexec not found (looked next to sys.executable, then PATH)"
             print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
@@ -446,17 +457,22 @@ def main(argv: list[str]) -> int:
                 env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
                 env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")  # Open MPI 4
                 launch_extra = ["--oversubscribe"]
+                network_path = {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}
             else:
                 launch_extra = []
-        for n in sizes:
-            st = Stage(f"mpi n={n}", f"n{n}", n)
+                network_path = {"MPIR_CVAR_NOLOCAL": "1"}
+        runs = [(f"mpi n={n}", f"n{n}", n, paths, {}) for n in sizes]
+        runs += [(f"net n={n}", f"n{n}net", n, [] if has_path_arg(extra) else STORE_TESTS, network_path)
+                 for n in net_sizes]
+        for name, tag, n, where, stage_env in runs:
+            st = Stage(name, tag, n, env=stage_env)
             if mpiexec is None:
                 st.not_run = "mpiexec not found"
             else:
                 st.cmd = [
                     mpiexec, *launch_extra, "-n", str(n),
                     sys.executable, str(THIS), WORKER_FLAG, str(results_dir), st.tag, "--",
-                    "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+                    "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *where,
                 ]
             stages.append(st)
 

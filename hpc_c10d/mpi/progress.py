@@ -54,8 +54,13 @@ class ProgressThread:
         """True while the thread is alive."""
         return self._thread is not None
 
-    def join(self, MPI: Any, interval: float) -> None:
-        """Register a user; start the thread if it is the first and the interval is not 0."""
+    def join(self, MPI: Any, comm: Any, interval: float) -> None:
+        """Register a user; start the thread if it is the first and the interval is not 0.
+
+        The thread probes a duplicate of ``comm`` (collective over it: call this at the same
+        point on every rank of ``comm``, as MPIStore's construction does). MPICH's probe on
+        ``COMM_SELF`` does not reach the network progress engine.
+        """
         with self._lock:
             self._users += 1
             if self._thread is not None or interval == 0:
@@ -64,7 +69,7 @@ class ProgressThread:
                 warnings.warn("MPI did not grant MPI_THREAD_MULTIPLE: MPIStore operations aimed at this "
                               "rank wait until it next calls MPI (no progress thread)", stacklevel=3)
                 return
-            self._comm = MPI.COMM_SELF.Dup()
+            self._comm = comm.Dup()
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, args=(interval, MPI.ANY_SOURCE, MPI.ANY_TAG),
                                             name="hpc_c10d-mpi-progress", daemon=True)

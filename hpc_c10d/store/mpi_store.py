@@ -81,15 +81,16 @@ class MPIStore(KeyValueStore):
         if problems:
             rank, err = problems[0]
             raise type(err)(f"MPIStore on rank {rank}: {err}")
-        if len({s[:2] for s in every}) > 1:
-            raise ValueError(f"MPIStore: capacity/max_keys differ between ranks: {sorted({s[:2] for s in every})}")
+        if len(set(every)) > 1:
+            raise ValueError("MPIStore: (capacity, max_keys, progress interval) differ between ranks: "
+                             f"{sorted(set(every))}")
         capacity, max_keys, interval = settings
         from ..mpi.rma_table import ShardedTable  # late: the table builds on key_value
 
         self._comm = base.Dup()
         self._table = ShardedTable(MPI, self._comm, capacity, max_keys)
         self._table.lock_timeout = self._timeout.total_seconds()
-        progress.join(MPI, interval)
+        progress.join(MPI, self._comm, interval)
         self._open = True
 
     def set_timeout(self, timeout: timedelta) -> None:
