@@ -8,8 +8,10 @@ owner of a shard computes without calling MPI.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import weakref
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -30,6 +32,16 @@ MAX_KEYS_ENV = "HPC_C10D_STORE_MAX_KEYS"
 DEFAULT_CAPACITY = 128 << 20
 #: Keys each rank holds.
 DEFAULT_MAX_KEYS = 16384
+
+_open_stores: weakref.WeakSet[MPIStore] = weakref.WeakSet()
+
+
+def _close_open_stores() -> None:
+    """Free the windows of stores still open at exit, before MPI is finalized (collective, like
+    MPI_Finalize itself); without it the MPI library complains about windows in use."""
+    for store in list(_open_stores):
+        store.close()
+
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", re.IGNORECASE)
 
@@ -92,6 +104,10 @@ class MPIStore(KeyValueStore):
         self._table.lock_timeout = self._timeout.total_seconds()
         progress.join(MPI, self._comm, interval)
         self._open = True
+        if not _open_stores:  # registered after MPI started, so it runs before MPI is finalized
+            atexit.unregister(_close_open_stores)
+            atexit.register(_close_open_stores)
+        _open_stores.add(self)
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout = as_timeout(timeout)
