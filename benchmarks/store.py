@@ -60,6 +60,9 @@ CAS_VALUES = ("A" * 16, "B" * 16)     # compare_set alternates between these
 COUNTER_START = 12345                 # value of the "get counter" key
 OPS = ("set", "get", "get counter", "add", "compare_set")
 STORES = ("MPIStore", "TCPStore")
+# Settings that change the data path or progress; printed when set.
+ENV_VARS = ("MPIR_CVAR_NOLOCAL", "MPIR_CVAR_CH4_NETMOD", "UCX_TLS", "FI_PROVIDER", "HPC_C10D_STORE_PROGRESS_INTERVAL",
+            "MPIR_CVAR_ASYNC_PROGRESS", "MPICH_ASYNC_PROGRESS")
 
 
 def key_of(op: str, rank: int) -> str:
@@ -305,8 +308,7 @@ def environment(size: int, names, stores, tcp_note: str) -> dict:
         "torch": sys.modules["torch"].__version__ if "torch" in sys.modules else None,
         "tcpstore": None,
     }
-    for var in ("MPIR_CVAR_NOLOCAL", "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "HPC_C10D_STORE_PROGRESS_INTERVAL",
-                "MPICH_ASYNC_PROGRESS"):
+    for var in ENV_VARS:
         if var in os.environ:
             env[var] = os.environ[var]
     if "TCPStore" in names:
@@ -323,8 +325,7 @@ def report(args, size, names, results, throughput, local, tcp_note, stores, fail
              if "TCPStore" in names else f" only (TCPStore skipped: {tcp_note})"))
     print(f"# {size} ranks on {env['cpus']} CPUs, {env['mpi_library']}, thread level {env['thread_level']}, "
           f"mpi4py {env['mpi4py']}, Python {env['python']}, host {env['host']}")
-    extra = [f"{k}={env[k]}" for k in ("MPIR_CVAR_NOLOCAL", "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER",
-                                       "HPC_C10D_STORE_PROGRESS_INTERVAL", "MPICH_ASYNC_PROGRESS") if k in env]
+    extra = [f"{k}={env[k]}" for k in ENV_VARS if k in env]
     print("# environment: " + (", ".join(extra) if extra else "MPIR_CVAR_NOLOCAL not set"))
     if size > (env["cpus"] or size):
         print(f"# WARNING: {size} ranks on {env['cpus']} CPUs: oversubscribed, latencies include scheduling")

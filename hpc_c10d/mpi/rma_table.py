@@ -282,7 +282,7 @@ class ShardedTable:
             cached = self._counters.get(key)
             if cached is not None:
                 rank, index, word = cached
-                now = self._fetch(rank, _SLOTS + index * _SLOT + _COUNTER_AT)
+                now = self._fetch(rank, self._counter_disp(index))
                 if _gen(now) == _gen(word):
                     self._counters[key] = (rank, index, now)
                     return str(_value(now)).encode()
@@ -339,7 +339,7 @@ class ShardedTable:
             if cached is None:
                 return None
             rank, index, word = cached
-            disp = _SLOTS + index * _SLOT + _COUNTER_AT
+            disp = self._counter_disp(index)
             while True:
                 total = _value(word) + amount
                 if not -_LIMIT <= total < _LIMIT:
@@ -362,42 +362,59 @@ class ShardedTable:
             try:
                 slot, reusable = self._find(rank, key, tag, start, reads_old)
                 while True:
-                    old = None if slot is None else str(_value(slot.word)).encode() if slot.counter else \
+                    counter = slot is not None and slot.counter
+                    old = None if slot is None else str(_value(slot.word)).encode() if counter else \
                         slot.value if reads_old else b""
                     new, result = change(old)
-                    if new is KEEP or slot is None or not slot.counter:
-                        break
+                    if new is KEEP:
+                        return result
                     number = None if new is DELETE else _as_counter(new)
-                    gen = _gen(slot.word) + (number is None)  # a new generation unless it stays a counter
-                    desired = _counter(gen, 0 if number is None else number)
-                    found = self._swap(rank, _SLOTS + slot.index * _SLOT + _COUNTER_AT, slot.word, desired)
-                    if found == slot.word:
-                        slot.word = desired
-                        if number is not None:
+                    if counter and number is not None:  # stays a counter: one swap, same generation
+                        desired = _counter(_gen(slot.word), number)
+                        found = self._swap(rank, self._counter_disp(slot.index), slot.word, desired)
+                        if found == slot.word:
                             self._remember(key, rank, slot.index, desired)
                             return result
-                        slot.value_size, slot.value = 0, b""  # sealed: now an empty text entry
+                        slot.word = found  # an add got in first: decide again on its value
+                        continue
+                    plan = None if new is DELETE else self._plan(rank, key, slot, reusable, new, number)
+                    if not counter:
                         break
-                    slot.word = found  # an add got in first: decide again on its value
+                    sealed = _counter(_gen(slot.word) + 1, 0)  # stale lock-free adds now fail
+                    found = self._swap(rank, self._counter_disp(slot.index), slot.word, sealed)
+                    if found == slot.word:
+                        slot.word, slot.value_size = sealed, 0
+                        break
+                    if plan is not None:
+                        self._unplan(rank, slot, plan)
+                    slot.word = found
                 if new is DELETE:
                     if slot is not None:
                         self._remove(rank, key, slot)
-                elif new is not KEEP:
-                    self._write(rank, key, tag, slot, reusable, new)
+                else:
+                    self._commit(rank, key, tag, slot, plan, new, number)
                 self._flush(rank)
                 return result
             finally:
                 self._unlock(rank, held)
+
+    @staticmethod
+    def _counter_disp(index: int) -> int:
+        return _SLOTS + index * _SLOT + _COUNTER_AT
 
     def _full(self, rank: int, what: str) -> DistStoreError:
         return DistStoreError(f"MPIStore is full on rank {rank}: {what}. Nothing was changed. Create the store "
                               "with a larger capacity=/max_keys= or set HPC_C10D_STORE_CAPACITY / "
                               "HPC_C10D_STORE_MAX_KEYS (they apply per rank).")
 
-    def _write(self, rank: int, key: bytes, tag: int, slot: _Slot | None, reusable: tuple[int, bool] | None,
-               value: bytes) -> None:
-        number = _as_counter(value)
-        record = key if number is not None else key + value if len(key) + len(value) <= _INLINE else None
+    def _plan(self, rank: int, key: bytes, slot: _Slot | None, reusable: tuple[int, bool] | None, value: bytes,
+              number: int | None) -> tuple[int, int, int, list[int] | None]:
+        """Check room and reserve a block for ``key``'s new value, changing nothing visible.
+
+        Returns (slot index, heap offset or -1 for inline, block size, new header words or None).
+        """
+        need = len(key) if number is not None else len(key) + len(value)
+        header = None
         if slot is None:
             if reusable is None:
                 raise self._full(rank, "its slot table has no free slot")
@@ -407,38 +424,41 @@ class ShardedTable:
                 raise self._full(rank, f"it holds {live} keys, the most it may (max_keys={self.max_keys})")
             if empty and used >= self._nslots - 1:
                 raise self._full(rank, "its slot table is clogged by deleted keys")
-            word = self._fetch(rank, _SLOTS + index * _SLOT + _COUNTER_AT)
-            offset, block = self._place(rank, None, len(key) + len(value) if record is None else len(record))
-            self._put_words(rank, _VISIBLE, visible + (not is_hidden(key)), live + 1, used + empty)
+            header = [visible + (not is_hidden(key)), live + 1, used + empty]
         else:
-            index, word = slot.index, slot.word
-            offset, block = self._place(rank, slot, len(key) + len(value) if record is None else len(record))
-        if number is not None:
-            gen = _gen(word) + (slot is None or not slot.counter)
-            self._swap(rank, _SLOTS + index * _SLOT + _COUNTER_AT, word, _counter(gen, number))
-            self._remember(key, rank, index, _counter(gen, number))
+            index = slot.index
+        if need <= _INLINE:
+            return index, -1, 0, header
+        if slot is not None and slot.offset >= 0 and need <= slot.block:
+            return index, slot.offset, slot.block, header
+        return (index, *self._allocate(rank, need), header)
+
+    def _unplan(self, rank: int, slot: _Slot | None, plan: tuple[int, int, int, list[int] | None]) -> None:
+        """Give back a block ``_plan`` reserved and that will not be used."""
+        _, offset, block, _ = plan
+        if offset >= 0 and (slot is None or offset != slot.offset):
+            self._release(rank, offset, block)
+
+    def _commit(self, rank: int, key: bytes, tag: int, slot: _Slot | None,
+                plan: tuple[int, int, int, list[int] | None], value: bytes, number: int | None) -> None:
+        index, offset, block, header = plan
+        if slot is not None and slot.offset >= 0 and slot.offset != offset:
+            self._release(rank, slot.offset, slot.block)
+        if header is not None:
+            self._put_words(rank, _VISIBLE, *header)
+        if number is not None:  # a text slot or a fresh one becomes a counter: a new generation
+            word = slot.word if slot is not None else self._fetch(rank, self._counter_disp(index))
+            desired = _counter(_gen(word) + 1, number)
+            self._swap(rank, self._counter_disp(index), word, desired)
+            self._remember(key, rank, index, desired)
         if offset < 0:
-            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, record)
+            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, key if number is not None else key + value)
         else:
             self._put(rank, self._heap + offset, key)
             if number is None:
                 self._put(rank, self._heap + offset + len(key), value)
         self._put_words(rank, _SLOTS + index * _SLOT, tag, _IS_COUNTER if number is not None else len(value),
                         len(key), offset, block)
-
-    def _place(self, rank: int, slot: _Slot | None, need: int) -> tuple[int, int]:
-        """Return (heap offset, block size) for a ``need``-byte record; (-1, 0) if it goes inline."""
-        block_now = slot is not None and slot.offset >= 0
-        if need <= _INLINE:
-            if block_now:
-                self._release(rank, slot.offset, slot.block)
-            return -1, 0
-        if block_now and need <= slot.block:
-            return slot.offset, slot.block
-        offset, block = self._allocate(rank, need)  # raises before anything is written
-        if block_now:
-            self._release(rank, slot.offset, slot.block)
-        return offset, block
 
     def _allocate(self, rank: int, need: int) -> tuple[int, int]:
         cls, size = size_class(need)

@@ -124,7 +124,7 @@ class KeyValueStore(Store):
         raw, amount = as_key(key).encode(), as_amount(amount)
 
         def change(old: bytes | None) -> tuple[bytes, int]:
-            total = _wrap_int64((0 if old is None else _as_counter(raw, old)) + amount)
+            total = _wrap_int64((_as_counter(raw, old) if old else 0) + amount)  # empty counts as 0, as torch
             return str(total).encode(), total
 
         return self._update(raw, change)
