@@ -86,6 +86,10 @@ def _owned_by(store, owner, prefix, count=1, skip=()):
     return names if count > 1 else names[0]
 
 
+def assert_equal(got, expected):
+    assert got == expected, (got, expected)
+
+
 def _digest(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -110,10 +114,6 @@ def test_default_store_is_a_shared_mpistore(comm, rank, size):
     _agree(comm, lambda: assert_equal(store.get(key), b"from rank 0"))
     _agree(comm, lambda: assert_equal(store.delete_key(key), True) if rank == 0 else None)
     _agree(comm, lambda: assert_equal(store.check([key]), False))
-
-
-def assert_equal(got, expected):
-    assert got == expected, (got, expected)
 
 
 # ----------------------------------------------------------------------------- 2. contended add
@@ -154,6 +154,38 @@ def test_contended_add_is_exact_and_linearizable(comm, rank, size, where):
             assert returned[-1] == total
 
         _agree(comm, check)
+
+
+def test_contended_add_across_the_counter_word_limit(comm, rank, size):
+    """Totals pass 2**43, where a counter leaves its compare-and-swap word for a text value, while
+    every rank keeps adding (lock-free adds must fail over to the locked path, losing nothing)."""
+    big, rounds = 1 << 40, 12
+    with _store() as store:
+        key = _owned_by(store, size - 1, "ctr/limit/")
+
+        def hammer():
+            results, amounts = [], []
+            for _ in range(rounds):
+                for amount in (big, 1, 1):
+                    results.append(store.add(key, amount))
+                    amounts.append(amount)
+            assert all(b > a for a, b in zip(results, results[1:]))
+            return results, amounts
+
+        everything = comm.allgather(_agree(comm, hammer))
+        total = size * rounds * (big + 2)
+        assert total >= 1 << 43
+
+        def check():
+            assert store.get(key) == str(total).encode()
+            returned = sorted(r for res, _ in everything for r in res)
+            assert len(set(returned)) == len(returned) and returned[-1] == total
+            steps = sorted(b - a for a, b in zip([0] + returned, returned))
+            assert steps == sorted(a for _, am in everything for a in am)
+
+        _agree(comm, check)
+        _agree(comm, lambda: assert_equal(store.add(key, -total), 0) if rank == 0 else None)  # back below
+        _agree(comm, lambda: assert_equal(store.get(key), b"0"))
 
 
 def test_add_interleaved_with_compare_set_and_set(comm, rank, size):
@@ -260,6 +292,47 @@ def test_compare_set_increment_loop(comm, rank, size, form):
             assert decode(store.get(key)) == per_rank * size
 
         _agree(comm, check)
+
+
+def test_concurrent_append_and_queue(comm, rank, size):
+    """append and queue_push from every rank at once lose nothing and keep each rank's order;
+    queue_pop hands every item to exactly one rank."""
+    items = 40
+    with _store() as store:
+        def push():
+            for i in range(items):
+                store.append("log", f"<{rank}:{i}>")
+                store.queue_push("q", f"{rank}:{i}")
+
+        _agree(comm, push)
+
+        def check_append():
+            log = store.get("log").decode()
+            entries = log[1:-1].split("><")
+            assert len(entries) == size * items
+            for r in range(size):
+                assert [e for e in entries if e.startswith(f"{r}:")] == [f"{r}:{i}" for i in range(items)]
+            assert store.queue_len("q") == size * items
+
+        _agree(comm, check_append)
+
+        def pop():
+            return [store.queue_pop("q").decode() for _ in range(items)]
+
+        popped = comm.allgather(_agree(comm, pop))
+
+        def check_pop():
+            assert sorted(p for per_rank in popped for p in per_rank) == \
+                sorted(f"{r}:{i}" for r in range(size) for i in range(items))
+            for mine in popped:  # the queue is FIFO: what one rank pops keeps each pusher's order
+                for r in range(size):
+                    seq = [int(p.split(":")[1]) for p in mine if p.startswith(f"{r}:")]
+                    assert seq == sorted(seq)
+            assert store.queue_len("q") == 0
+            with pytest.raises(dist.QueueEmptyError):
+                store.queue_pop("q", block=False)
+
+        _agree(comm, check_pop)
 
 
 # ----------------------------------------------------------------------------- 4. large values
