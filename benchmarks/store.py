@@ -216,6 +216,7 @@ def main() -> int:
 
     rank, size = comm.Get_rank(), comm.Get_size()
     t_start = perf_counter()
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
 
     stores = {"MPIStore": hpc_c10d.MPIStore()}
     tcp_note = "--no-torch given"
@@ -279,9 +280,16 @@ def main() -> int:
         throughput[name] = {"adds_per_s": expected / slowest, "elapsed_s": slowest, "final": final,
                             "expected": expected, "non_monotonic_results": bad}
     elapsed = perf_counter() - t_start
+    load = {"start": load_start, "end": os.getloadavg() if load_start is not None else None}
 
     if rank == 0:
-        report(args, size, names, results, throughput, local, tcp_note, stores, failures, elapsed)
+        try:
+            report(args, size, names, results, throughput, local, tcp_note, stores, failures, elapsed, load)
+        except Exception:  # noqa: BLE001 - keep going: the other ranks wait in the teardown below
+            import traceback
+
+            traceback.print_exc()
+            failures.append("report failed")
 
     # Teardown: MPIStore collectively; TCPStore clients before the server.
     comm.Barrier()
@@ -305,7 +313,7 @@ def environment(size: int, names, stores, tcp_note: str) -> dict:
         "mpi4py": mpi4py.__version__, "thread_level": ("single", "funneled", "serialized", "multiple")[MPI.Query_thread()],
         "hpc_c10d": getattr(hpc_c10d, "__version__", None), "python": platform.python_version(),
         "numpy": np.__version__, "cpus": os.cpu_count(), "host": platform.node(),
-        "torch": sys.modules["torch"].__version__ if "torch" in sys.modules else None,
+        "torch": getattr(sys.modules.get("torch"), "__version__", None),
         "tcpstore": None,
     }
     for var in ENV_VARS:
@@ -318,8 +326,9 @@ def environment(size: int, names, stores, tcp_note: str) -> dict:
     return env
 
 
-def report(args, size, names, results, throughput, local, tcp_note, stores, failures, elapsed) -> None:
+def report(args, size, names, results, throughput, local, tcp_note, stores, failures, elapsed, load) -> None:
     env = environment(size, names, stores, tcp_note)
+    env["loadavg"] = load
     print(f"# store latency: hpc_c10d {env['hpc_c10d']} MPIStore"
           + (f" vs torch {env['torch']} TCPStore (server on rank 0, {'libuv' if env['tcpstore']['libuv'] else 'classic'} backend)"
              if "TCPStore" in names else f" only (TCPStore skipped: {tcp_note})"))
@@ -329,6 +338,9 @@ def report(args, size, names, results, throughput, local, tcp_note, stores, fail
     print("# environment: " + (", ".join(extra) if extra else "MPIR_CVAR_NOLOCAL not set"))
     if size > (env["cpus"] or size):
         print(f"# WARNING: {size} ranks on {env['cpus']} CPUs: oversubscribed, latencies include scheduling")
+    if load["start"] is not None:
+        print("# load average (1, 5, 15 min) at start {}, at end {} (other work on the machine shows here)".format(
+            *(", ".join(f"{x:.2f}" for x in load[k]) for k in ("start", "end"))))
     print(f"# per-call latency in us, {args.iters} timed calls per rank per op ({args.rounds} rounds, "
           f"stores alternating) after {args.warmup} warm-up calls; all ranks at once, each on its own key")
     print("# MPIStore key owners are chosen by hash; own key local on: "
