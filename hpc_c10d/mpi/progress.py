@@ -5,7 +5,8 @@ whenever the data path is not plain shared memory: between nodes, or on one node
 ``MPIR_CVAR_NOLOCAL=1``. A rank busy in pure Python would stall every store operation aimed
 at it. This thread sleeps ``interval`` seconds, makes one cheap MPI call that drives the
 progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
-``MPICH_ASYNC_PROGRESS`` it never spins, so collectives keep their speed.
+``MPICH_ASYNC_PROGRESS`` it never spins; its wake-ups still cost large collectives a few
+percent on a machine with no idle core.
 
 Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns it off).
 """
