@@ -40,14 +40,9 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-try:
-    import hpc_c10d as dist
-    dist.init_process_group  # noqa: B018 - a namespace package (no __init__) is not the library
-except (ImportError, AttributeError):  # not installed: use the checkout this script lives in
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for _m in [m for m in sys.modules if m == "hpc_c10d" or m.startswith("hpc_c10d.")]:
-        del sys.modules[_m]
-    import hpc_c10d as dist
+from _library import load
+
+dist = load()
 
 comm = MPI.COMM_WORLD
 perf_counter = time.perf_counter

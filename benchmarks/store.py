@@ -41,14 +41,9 @@ from datetime import timedelta
 
 import numpy as np
 
-try:
-    import hpc_c10d
-    hpc_c10d.MPIStore  # noqa: B018 - a namespace package (no __init__) is not the library
-except (ImportError, AttributeError):  # not installed: use the checkout this script lives in
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for _m in [m for m in sys.modules if m == "hpc_c10d" or m.startswith("hpc_c10d.")]:
-        del sys.modules[_m]
-    import hpc_c10d
+from _library import load
+
+hpc_c10d = load()
 
 from mpi4py import MPI
 
