@@ -462,11 +462,12 @@ class ShardedTable:
 
     def _allocate(self, rank: int, need: int) -> tuple[int, int]:
         cls, size = size_class(need)
-        top, head = self._read_words(rank, _TOP, 1)[0], self._read_words(rank, _FREE + cls * _WORD, 1)[0]
+        head = self._read_words(rank, _FREE + cls * _WORD, 1)[0]
         if head:
             following = self._read_words(rank, self._heap + head - 1, 1)[0]
             self._put_words(rank, _FREE + cls * _WORD, following)
             return head - 1, size
+        top = self._read_words(rank, _TOP, 1)[0]
         if size > self.capacity - top:
             raise self._full(rank, f"a {need}-byte entry needs a {size}-byte block and {self.capacity - top} of "
                                    f"its {self.capacity} bytes are unused (capacity={self.capacity})")
