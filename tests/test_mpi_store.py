@@ -116,6 +116,27 @@ def test_default_store_is_a_shared_mpistore(comm, rank, size):
     _agree(comm, lambda: assert_equal(store.check([key]), False))
 
 
+def test_collectives_tell_the_progress_thread_to_back_off(comm, rank, size):
+    """Every collective and point-to-point entry point bumps ``progress.calls``: the progress
+    thread sleeps longer while it moves, so it stays out of the way of the rank's own MPI calls."""
+    import numpy as np
+
+    from hpc_c10d.mpi.progress import progress
+
+    buf = np.ones(4, np.float32)
+    before = progress.calls
+    dist.all_reduce(buf)
+    dist.broadcast(buf, src=0)
+    dist.barrier()
+    if size > 1:
+        peer = (rank + 1) % size
+        work = dist.irecv(np.empty(4, np.float32), src=(rank - 1) % size)
+        dist.send(buf, dst=peer)
+        work.wait()
+    assert progress.calls - before == (5 if size > 1 else 3)
+    np.testing.assert_array_equal(buf, np.full(4, size, np.float32))
+
+
 # ----------------------------------------------------------------------------- 2. contended add
 
 ADDS = 300
@@ -516,14 +537,21 @@ def test_prefix_stores_do_not_collide(comm, rank, size):
 # ----------------------------------------------------------------------------- 8. busy owner
 
 
-def _spin_until(path, seconds):
-    """Pure-Python arithmetic, no MPI, until ``path`` exists or ``seconds`` pass."""
+def _spin_until(path, seconds, chunk=0.02):
+    """Pure-Python arithmetic, no MPI, until ``path`` exists or ``seconds`` pass.
+
+    The flag file is looked at once per ``chunk`` seconds of arithmetic: a loop that drops and
+    retakes the GIL every few hundred microseconds (a file check per millisecond, say) can starve
+    every other Python thread under CPython's GIL, the progress thread included; see
+    hpc_c10d/mpi/progress.py."""
     start = time.monotonic()
     deadline, x, spins = start + seconds, 1, 0
     while True:
-        for _ in range(2000):
-            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
-        spins += 1
+        until = time.monotonic() + chunk  # time.monotonic keeps the GIL
+        while time.monotonic() < until:
+            for _ in range(200):
+                x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            spins += 1
         if os.path.exists(path):
             return True, spins, time.monotonic() - start
         if time.monotonic() > deadline:

@@ -6,7 +6,19 @@ whenever the data path is not plain shared memory: between nodes, or on one node
 at it. This thread sleeps ``interval`` seconds, makes one cheap MPI call that drives the
 progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
 ``MPICH_ASYNC_PROGRESS`` it never spins; its wake-ups still cost large collectives a few
-percent on a machine with no idle core.
+percent on a machine with no idle core, so it backs off while the rank drives MPI itself:
+hpc_c10d's collectives and point-to-point calls bump ``progress.calls``, and a wake-up that
+finds it moved doubles the sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
+stops calling, every wake-up probes and halves the sleep back to ``interval``: a store operation
+aimed at a rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
+
+The thread needs the GIL for each wake-up. A rank computing in pure Python hands it over
+within CPython's switch interval (5 ms); numpy or torch kernels that release the GIL for
+their whole run leave it free. The weak case is a loop that drops and retakes the GIL every
+few hundred microseconds (tiny I/O or tiny-array calls back to back): CPython then rarely
+lets a waiting thread in, and store operations aimed at that rank can wait for seconds,
+until it next calls MPI. Jobs whose interconnect does RMA in hardware (InfiniBand, Slingshot,
+or one node's shared memory) do not need this thread at all.
 
 Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns it off).
 """
@@ -19,10 +31,12 @@ import threading
 import warnings
 from typing import Any
 
-__all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "interval_from_env", "ProgressThread", "progress"]
+__all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "interval_from_env", "ProgressThread",
+           "progress"]
 
 INTERVAL_ENV = "HPC_C10D_STORE_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL = 0.002
+BUSY_INTERVAL = 0.064  # longest sleep while the rank keeps calling MPI on its own
 
 
 def interval_from_env() -> float:
@@ -43,6 +57,9 @@ class ProgressThread:
     """One per process, shared by every MPIStore: started by the first user, stopped by the last."""
 
     def __init__(self) -> None:
+        #: Bumped by every hpc_c10d collective and point-to-point call (a plain int: no lock on
+        #: the hot path; a lost increment only costs one probe).
+        self.calls = 0
         self._users = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -88,7 +105,13 @@ class ProgressThread:
 
     def _run(self, interval: float, any_source: int, any_tag: int) -> None:
         comm, stop = self._comm, self._stop
-        while not stop.wait(interval):
+        sleep, seen = interval, self.calls
+        while not stop.wait(sleep):
+            calls = self.calls
+            if calls != seen:  # the rank is in MPI often enough by itself
+                seen, sleep = calls, min(2 * sleep, BUSY_INTERVAL)
+                continue
+            sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
             comm.Iprobe(any_source, any_tag)
 
     def _halt(self) -> None:
