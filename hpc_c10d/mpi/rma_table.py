@@ -223,19 +223,29 @@ class ShardedTable:
         self._versions[rank] = held + 1
 
     def _consistent(self, rank: int, read: Callable[[], R]) -> R:
-        """Run ``read`` between two equal even versions of ``rank``'s window."""
+        """Run ``read`` between two equal even versions of ``rank``'s window.
+
+        The first version is the last one this process saw (``_versions``), read by an earlier,
+        completed operation: if the version after ``read`` still equals it, no writer held the
+        lock in between, so a read costs its own round trips plus one."""
         pause, deadline = 1e-6, time.monotonic() + self.lock_timeout
+        before = self._versions[rank]
         while True:
-            before = self._fetch(rank, _VERSION)
             if before % 2 == 0:
                 try:
                     result = read()
                 except _Torn:
                     result = _Torn
-                if result is not _Torn and self._fetch(rank, _VERSION) == before:
-                    self._versions[rank] = before
+                after = self._fetch(rank, _VERSION)
+                if result is not _Torn and after == before:
                     return result
+                before = after
+                if after % 2 == 0:
+                    self._versions[rank] = after
+                    if time.monotonic() < deadline:
+                        continue
             pause = self._backoff(rank, pause, deadline)
+            before = self._fetch(rank, _VERSION)
 
     # --- slots ------------------------------------------------------------------------------
     def _find(self, rank: int, key: bytes, tag: int, start: int, with_value: bool) -> tuple[_Slot | None, int | None, bool]:
