@@ -1,4 +1,5 @@
-"""Command line: ``python -m hpc_c10d info`` (run it under mpiexec/srun to see the job's layout)."""
+"""Command line: ``python -m hpc_c10d info`` (run it under mpiexec/srun to see the job's layout) and
+``python -m hpc_c10d trace [DIR]`` (who is stuck where, from the flight-recorder dumps)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpc_c10d", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("info", help="versions, MPI library, thread level and the rank layout")
-    args = parser.parse_args(argv)
+    commands.add_parser("trace", help="merge flight-recorder dumps: who is stuck where", add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "trace":
+        from .trace_report import main as trace_main
+
+        return trace_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
         from .info import main as info_main
 

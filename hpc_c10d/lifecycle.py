@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
+import time
 from datetime import timedelta
 from typing import Any
 
+from . import flight_recorder, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
@@ -89,6 +92,8 @@ def init_process_group(
     if _world.default_pg is not None:
         raise ValueError("trying to initialize the default process group twice!")
     timeout = check_timeout(timeout)
+    watchdog.policy_from_env()  # settings errors before any communication
+    flight_recorder.buffer_size()
     _check_init_method(init_method, store)
     if store is not None and not isinstance(store, Store):
         raise TypeError(f"store must be a Store, got {type(store).__name__}")
@@ -111,12 +116,17 @@ def init_process_group(
     _world.default_pg = pg
     _world.groups.append(pg)
     _world.group_count = 1
+    logs.configure()
+    flight_recorder.enable_recording(pg)
+    run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
+    watchdog.start(MPI, run_id)
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:
     """Free ``group``'s communicator, or every group (and the default one) when None."""
     if group is None or group is GroupMember.WORLD:
         default_group()
+        watchdog.stop()
         if isinstance(_world.default_store, MPIStore):
             _world.default_store.close()
         for pg in reversed(_world.groups):

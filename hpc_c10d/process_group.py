@@ -8,7 +8,7 @@ that serves their device, checked (lengths, dtypes, sizes, ranks), and only then
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -76,6 +76,9 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._name = name
         self._desc = desc
         self._transports: dict[str, Transport] = {}
+        self._wrap: Callable[[Transport], Transport] | None = None
+        self._seq = 0  # collectives started on this group (the same count on every member)
+        self._p2p_seq = 0  # sends and receives started on this group
         self.bound_device_id: Any = None
         self._cpu = self._transport_for_device("cpu") if "cpu" in config.device_backend_map else None
 
@@ -139,8 +142,16 @@ class ProcessGroup(TorchProcessGroupAPI):
                 raise RuntimeError(f"no backend for device type {device!r} in group {self._name!r} "
                                    f"(backend config: {self._config})")
             transport = transport_factory(backend)(self.comm, self._timeout)
+            if self._wrap is not None:
+                transport = self._wrap(transport)
             self._transports[device] = transport
         return transport
+
+    def _wrap_transports(self, wrap: Callable[[Transport], Transport]) -> None:
+        """Put ``wrap`` around every transport of this group, present and future (debug aids)."""
+        self._wrap = wrap
+        self._transports = {device: wrap(t) for device, t in self._transports.items()}
+        self._cpu = self._transports.get("cpu")
 
     def _transport(self, x: Any) -> Transport:
         if type(x) is np.ndarray and self._cpu is not None:
@@ -163,22 +174,28 @@ class ProcessGroup(TorchProcessGroupAPI):
         if t is not None and type(tensor) is np.ndarray and type(op) is RedOpType:
             flags = tensor.flags  # the hot path: a contiguous, writable ndarray is its own view
             if flags.c_contiguous and flags.writeable:
+                self._seq += 1
                 return t.allreduce(tensor, op, async_op, tensor)
         check_reduce_op(op, "all_reduce")
         t = self._transport(tensor)
-        return t.allreduce(t.adapt_output(tensor, "tensor"), op, async_op, tensor)
+        buf = t.adapt_output(tensor, "tensor")
+        self._seq += 1
+        return t.allreduce(buf, op, async_op, tensor)
 
     def _broadcast(self, tensor, root, async_op):
         self._check_root(root, "broadcast")
         t = self._transport(tensor)
         buf = t.adapt_output(tensor, "tensor", writable=self._rank != root)  # the root only reads
+        self._seq += 1
         return t.broadcast(buf, root, async_op, tensor)
 
     def _reduce(self, tensor, root, op, async_op):
         check_reduce_op(op, "reduce")
         self._check_root(root, "reduce")
         t = self._transport(tensor)
-        return t.reduce(t.adapt_output(tensor, "tensor"), root, op, async_op, tensor)
+        buf = t.adapt_output(tensor, "tensor")
+        self._seq += 1
+        return t.reduce(buf, root, op, async_op, tensor)
 
     def _all_gather(self, tensor_list, tensor, async_op):
         tensor_list = _check_list(tensor_list, "tensor_list", self._size)
@@ -187,6 +204,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         outs = [t.adapt_output(o, "tensor_list") for o in tensor_list]
         _same_dtype([inp, *outs], "all_gather")
         _same_size(outs, inp, "all_gather", "tensor_list")
+        self._seq += 1
         return t.allgather_list(outs, inp, async_op, tensor_list)
 
     def _all_gather_into_tensor(self, output, input, async_op):
@@ -196,6 +214,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         if out.size != inp.size * self._size:
             raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
                              f"group size {self._size} x input's {inp.size}")
+        self._seq += 1
         return t.allgather(out, inp, async_op, output)
 
     def _root_only_list(self, values, is_root, name, role):
@@ -217,6 +236,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
         _same_dtype([inp, *(outs or ())], "gather")
         _same_size(outs or (), inp, "gather", "gather_list")
+        self._seq += 1
         return t.gather_list(outs, inp, root, async_op, gather_list or [])
 
     def _scatter(self, tensor, scatter_list, root, async_op):
@@ -228,6 +248,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
         _same_dtype([out, *(inps or ())], "scatter")
         _same_size(inps or (), out, "scatter", "scatter_list", "output")
+        self._seq += 1
         return t.scatter_list(out, inps, root, async_op, tensor)
 
     def _reduce_scatter(self, output, input_list, op, async_op):
@@ -238,6 +259,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         inps = [t.adapt_input(i, "input_list") for i in input_list]
         _same_dtype([out, *inps], "reduce_scatter")
         _same_size(inps, out, "reduce_scatter", "input_list", "output")
+        self._seq += 1
         return t.reduce_scatter_list(out, inps, op, async_op, output)
 
     def _reduce_scatter_tensor(self, output, input, op, async_op):
@@ -248,6 +270,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         if inp.size != out.size * self._size:
             raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
                              f"group size {self._size} x output's {out.size}")
+        self._seq += 1
         return t.reduce_scatter(out, inp, op, async_op, output)
 
     def _all_to_all(self, output_tensor_list, input_tensor_list, async_op):
@@ -259,6 +282,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         _same_dtype([*outs, *inps], "all_to_all")
         if outs[self._rank].size != inps[self._rank].size:
             raise ValueError("all_to_all: the block a rank sends itself must match the block it receives")
+        self._seq += 1
         return t.alltoall_list(outs, inps, async_op, outs_user)
 
     def _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
@@ -273,6 +297,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         else:
             out_counts = out_counts or self._split_counts(out, [out.shape[0] // self._size] * self._size, "output")
             in_counts = in_counts or self._split_counts(inp, [inp.shape[0] // self._size] * self._size, "input")
+        self._seq += 1
         return t.alltoall(out, inp, out_counts, in_counts, async_op, output)
 
     def _split_counts(self, arr, split_sizes, name):
@@ -292,6 +317,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _barrier(self, async_op):
         transport = self._cpu if self._cpu is not None else self._transport_for_device("cpu")
+        self._seq += 1
         return transport.barrier(async_op)
 
     def _check_peer(self, peer, name, allow_self=False):
@@ -311,10 +337,12 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _send(self, tensor, peer, tag, async_op):
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
+        self._p2p_seq += 1
         return t.send(arr, peer, tag, async_op, tensor)
 
     def _recv(self, tensor, peer, tag, async_op):
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
+        self._p2p_seq += 1
         return t.recv(arr, peer, tag, async_op, tensor)
 
     # ---- lifetime -------------------------------------------------------------------------

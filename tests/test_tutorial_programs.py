@@ -10,13 +10,11 @@ runs, so who initialises MPI (the program or hpc_c10d) is unchanged.
 """
 import importlib.util
 import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _launch import ROOT, launch, mpiexec, outer_world_size
+
 PROGRAMS = os.path.join(ROOT, "tests", "programs")
 TIMEOUT_S = 120
 
@@ -31,7 +29,6 @@ RUNS = {
 }
 NEEDS_TORCH = {"tutorial_send_recv.py", "tutorial_ring.py", "tutorial_ddp_torch.py"}
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
 
 
 # argv: -c PROGRAM; run PROGRAM as __main__, abort the whole job if it raises
@@ -54,24 +51,13 @@ except BaseException:
 """
 
 
-def _mpiexec():
-    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-
-
-def _outer_world_size():
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 1
-
-
 def test_every_program_is_listed():
     on_disk = {f for f in os.listdir(PROGRAMS) if f.endswith(".py")}
     assert on_disk == set(RUNS)
 
 
-@pytest.mark.skipif(_outer_world_size() > 1, reason="serial test that starts mpiexec itself; run without mpiexec")
-@pytest.mark.skipif(_mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+@pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts mpiexec itself; run without mpiexec")
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
 @pytest.mark.parametrize(
     "program, nprocs",
     [(p, n) for p, sizes in RUNS.items() for n in sizes],
@@ -80,17 +66,7 @@ def test_every_program_is_listed():
 def test_program_exits_zero(program, nprocs):
     if program in NEEDS_TORCH and not HAVE_TORCH:
         pytest.skip(f"{program} uses torch, which is not installed")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    cmd = [_mpiexec(), "-n", str(nprocs), sys.executable, "-c", _RUN_OR_ABORT, os.path.join(PROGRAMS, program)]
-    if shutil.which("timeout"):
-        cmd = ["timeout", str(TIMEOUT_S)] + cmd
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
-                              timeout=TIMEOUT_S + 30)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{program} at -n {nprocs} did not finish in {TIMEOUT_S + 30} s\n"
-                    f"stdout:\n{e.stdout}\nstderr:\n{e.stderr}")
+    proc, cmd = launch(nprocs, ["-c", _RUN_OR_ABORT, os.path.join(PROGRAMS, program)], TIMEOUT_S)
     assert proc.returncode == 0, (
         f"{' '.join(cmd)} exited {proc.returncode}"
         + (" (timed out)" if proc.returncode == 124 else "")

@@ -1,0 +1,263 @@
+"""The flight recorder: what each rank's collectives were doing, written to one file per rank.
+
+Three sources, all cheap when nothing goes wrong:
+
+* every group numbers its collectives (``ProcessGroup._seq``; point-to-point in ``_p2p_seq``),
+  the only cost on the hot path;
+* ``in_flight()`` reads the threads' Python stacks (``sys._current_frames``) to see which
+  operation each thread is inside right now, with its group, sequence number, shape and dtype;
+* an optional ring of the last N operations with their times and state, kept by wrapping the
+  groups' transports. N comes from ``HPC_C10D_TRACE_BUFFER_SIZE`` or torch's
+  ``TORCH_FR_BUFFER_SIZE``; unset, it is 2000 at debug level INFO/DETAIL and 0 (off) at OFF.
+
+``dump(reason)`` writes ``<run>-rank<N>.json`` into ``HPC_C10D_TRACE_DIR`` (default
+``./hpc_c10d_traces``); ``python -m hpc_c10d trace DIR`` merges the files.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+from . import debug
+from ._state import _world
+from .process_group import ProcessGroup
+from .work import Work
+
+__all__ = ["InFlight", "in_flight", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
+           "snapshot", "BUFFER_ENV", "DIR_ENV"]
+
+BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
+_TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+DIR_ENV = "HPC_C10D_TRACE_DIR"
+DEFAULT_DIR = "hpc_c10d_traces"
+_DEBUG_BUFFER = 2000
+
+#: ProcessGroup method -> the operation's public name.
+_GROUP_OPS = {
+    "_all_reduce": "all_reduce", "_broadcast": "broadcast", "_reduce": "reduce",
+    "_all_gather": "all_gather", "_all_gather_into_tensor": "all_gather_into_tensor",
+    "_gather": "gather", "_scatter": "scatter", "_reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_tensor": "reduce_scatter_tensor", "_all_to_all": "all_to_all",
+    "_all_to_all_single": "all_to_all_single", "_barrier": "barrier", "_send": "send", "_recv": "recv",
+}
+_P2P = ("send", "recv")
+_ARRAY_ARGS = ("tensor", "output", "input", "output_tensor_list", "tensor_list", "input_tensor_list")
+_codes: dict[Any, str] | None = None
+
+
+@dataclass
+class InFlight:
+    """One thread inside an hpc_c10d operation, as its stack shows."""
+
+    thread: int
+    op: str
+    group: str | None
+    group_desc: str | None
+    ranks: list[int] | None
+    seq: int | None
+    shape: list[int] | None
+    dtype: str | None
+    pg: Any = None  # the ProcessGroup (left out of dumps)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The facts, JSON-ready (the group object itself left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "pg"}
+
+    def describe(self) -> str:
+        where = f" seq {self.seq} of group {self.group}" if self.group is not None else ""
+        what = f" {self.dtype}{self.shape}" if self.dtype is not None else ""
+        return f"{self.op}{where}{what}"
+
+
+def _tracked_codes() -> dict[Any, str]:
+    global _codes
+    if _codes is None:
+        _codes = {getattr(ProcessGroup, name).__code__: op for name, op in _GROUP_OPS.items()}
+        _codes[Work.wait.__code__] = "wait"
+    return _codes
+
+
+def _array_facts(local: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+    for name in _ARRAY_ARGS:
+        value = local.get(name)
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape is not None and dtype is not None:
+            return [int(n) for n in shape], str(dtype)
+    return None, None
+
+
+def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
+    local = frame.f_locals
+    owner = local.get("self")
+    if isinstance(owner, ProcessGroup):
+        shape, dtype = _array_facts(local)
+        seq = owner._p2p_seq if op in _P2P else owner._seq
+        return InFlight(thread, op, owner._name, owner._desc, list(owner._global_ranks), seq, shape, dtype, owner)
+    label = f"wait({getattr(owner, 'op_name', 'operation')})"
+    return InFlight(thread, label, None, None, None, None, None, None, None)
+
+
+def in_flight(skip: int | None = None) -> list[InFlight]:
+    """Return the hpc_c10d operation each thread (but ``skip``) is inside, innermost per thread."""
+    codes, found = _tracked_codes(), []
+    for thread, frame in sys._current_frames().items():
+        if thread == skip:
+            continue
+        depth = 0
+        while frame is not None and depth < 64:
+            op = codes.get(frame.f_code)
+            if op is not None:
+                found.append(_from_frame(thread, frame, op))
+                break
+            frame, depth = frame.f_back, depth + 1
+    return found
+
+
+# --------------------------------------------------------------------------------- the ring
+def buffer_size() -> int:
+    """Entries the ring keeps (0: no ring); ValueError for a malformed setting."""
+    for name in (BUFFER_ENV, _TORCH_BUFFER_ENV):
+        text = os.environ.get(name, "").strip()
+        if text:
+            try:
+                size = int(text)
+            except ValueError:
+                raise ValueError(f"{name}={text!r} is not a whole number of entries") from None
+            if size < 0:
+                raise ValueError(f"{name}={text!r} must be >= 0")
+            return size
+    return _DEBUG_BUFFER if debug.get_debug_level() >= debug.DebugLevel.INFO else 0
+
+
+_ring: collections.deque = collections.deque(maxlen=0)
+_ids = iter(range(sys.maxsize))
+
+
+def _array_summary(args: tuple) -> tuple[list[int] | None, str | None, int]:
+    for arg in args:
+        count = 1
+        if isinstance(arg, (list, tuple)):
+            count, arg = len(arg), arg[0] if arg else None
+        shape, dtype = getattr(arg, "shape", None), getattr(arg, "dtype", None)
+        if shape is not None and dtype is not None:
+            return [int(n) for n in shape], str(dtype), count
+    return None, None, 0
+
+
+class _Recording:
+    """A transport whose every operation leaves an entry in the ring."""
+
+    def __init__(self, inner: Any, pg: ProcessGroup) -> None:
+        self._inner, self._pg = inner, pg
+        self.device = inner.device
+        self.adapt_input, self.adapt_output = inner.adapt_input, inner.adapt_output
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if not callable(method) or name.startswith("_"):
+            return method
+
+        def recorded(*args: Any) -> Any:
+            pg = self._pg
+            shape, dtype, count = _array_summary(args)
+            entry = {"id": next(_ids), "op": name, "group": pg._name, "group_desc": pg._desc,
+                     "seq": pg._p2p_seq if name in _P2P else pg._seq, "p2p": name in _P2P,
+                     "shape": shape, "dtype": dtype, "arrays": count, "state": "started",
+                     "started": time.time(), "finished": None}
+            _ring.append(entry)
+            try:
+                result = method(*args)
+            except BaseException as exc:
+                entry["state"] = f"failed: {type(exc).__name__}"
+                raise
+            if isinstance(result, Work):
+                entry["state"] = "scheduled"  # async: completion is up to its Work
+            else:
+                entry["state"], entry["finished"] = "completed", time.time()
+            return result
+
+        return recorded
+
+
+def enable_recording(pg: ProcessGroup) -> None:
+    """Wrap ``pg``'s transports so each operation is kept in the ring, if the ring is on."""
+    global _ring
+    size = buffer_size()
+    if size == 0:
+        return
+    if _ring.maxlen != size:
+        _ring = collections.deque(_ring, maxlen=size)
+    pg._wrap_transports(lambda transport: _Recording(transport, pg))
+
+
+# --------------------------------------------------------------------------------- dumps
+def trace_dir() -> str:
+    """Where dumps go: ``HPC_C10D_TRACE_DIR`` or ./hpc_c10d_traces."""
+    return os.environ.get(DIR_ENV, "").strip() or DEFAULT_DIR
+
+
+def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:
+    """This rank's state as a JSON-ready dict."""
+    pg = _world.default_pg
+    flights = [f.as_dict() for f in in_flight(skip)]
+    return {
+        "version": 1, "reason": reason, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+        "rank": pg._rank if pg is not None else None, "world_size": pg._size if pg is not None else None,
+        "groups": [{"name": g._name, "desc": g._desc, "ranks": list(g._global_ranks), "seq": g._seq,
+                    "p2p_seq": g._p2p_seq, "timeout_s": g._timeout.total_seconds()} for g in _world.groups],
+        "in_flight": flights,
+        "entries": list(_ring),
+    }
+
+
+_dump_lock = threading.Lock()
+
+
+def dump(reason: str, directory: str | None = None, skip: int | None = None, run_id: str = "run") -> str | None:
+    """Write this rank's snapshot to ``<dir>/<run_id>-rank<N>.json``; return the path (None if that failed)."""
+    with _dump_lock:
+        try:
+            data = snapshot(reason, skip)
+            data["run"] = run_id
+            folder = directory or trace_dir()
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{run_id}-rank{data['rank'] if data['rank'] is not None else 'X'}.json")
+            partial = f"{path}.{os.getpid()}.tmp"
+            with open(partial, "w") as out:
+                json.dump(data, out, indent=1, default=str)
+            os.replace(partial, path)
+            return path
+        except Exception as exc:  # a dump is best effort: never let it mask the real failure
+            print(f"hpc_c10d: could not write the flight recorder dump: {exc}", file=sys.stderr, flush=True)
+            return None
+
+
+def dumps_of(directory: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Read the dumps in ``directory`` of ``run_id`` (None: the run with the newest dump), by rank."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".json") and "-rank" in n]
+    except FileNotFoundError:
+        return []
+    if run_id is None and names:
+        newest = max(names, key=lambda n: os.path.getmtime(os.path.join(directory, n)))
+        run_id = newest.rsplit("-rank", 1)[0]
+    found = []
+    for name in names:
+        if name.rsplit("-rank", 1)[0] != run_id:
+            continue
+        try:
+            with open(os.path.join(directory, name)) as data:
+                found.append(json.load(data))
+        except (OSError, ValueError):
+            continue  # being written, or cut short by the abort
+    return sorted(found, key=lambda d: (d.get("rank") is None, d.get("rank") or 0))

@@ -1,0 +1,40 @@
+"""Start a fresh mpiexec job from a serial test (the tutorial programs, the fault scenarios)."""
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
+
+
+def mpiexec():
+    """The mpiexec beside this Python (the embedded MPI), else the one on PATH, else None."""
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+
+
+def outer_world_size():
+    """The size of the mpiexec job this test runs in (1 when run without one)."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 1
+
+
+def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
+    """Run ``mpiexec -n nprocs python argv...`` under ``timeout``; return (CompletedProcess, cmd).
+
+    The launcher's variables of an enclosing job are dropped, the checkout goes on PYTHONPATH and
+    ``env`` is added. On expiry the process is reported as exit code 124 with what it printed."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
+    clean["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, clean.get("PYTHONPATH")) if p)
+    clean.update(env or {})
+    cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *argv]
+    if shutil.which("timeout"):
+        cmd = ["timeout", str(timeout_s)] + cmd
+    try:
+        return subprocess.run(cmd, env=clean, cwd=cwd, capture_output=True, text=True, timeout=timeout_s + 30), cmd
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
+        return subprocess.CompletedProcess(cmd, 124, out, err), cmd

@@ -1,0 +1,41 @@
+"""One misbehaving job per scenario (argv[1]); tests/test_faults.py runs them and checks the outcome.
+
+  straggler   timeout 3 s; every rank but the last enters a barrier, the last sleeps
+  raises      the last rank raises ValueError while the others wait in all_reduce
+  monitored   the last rank never reaches monitored_barrier (timeout 2 s)
+"""
+import sys
+import time
+from datetime import timedelta
+
+import numpy as np
+
+import hpc_c10d as dist
+
+scenario = sys.argv[1]
+dist.init_process_group(timeout=timedelta(seconds=3))
+rank, size = dist.get_rank(), dist.get_world_size()
+last = rank == size - 1
+for _ in range(3):  # some history for the flight recorder
+    dist.all_reduce(np.ones(4, np.float32))
+print(f"rank {rank}: warmed up", flush=True)
+
+if scenario == "straggler":
+    if last:
+        time.sleep(120)
+    dist.barrier()
+elif scenario == "raises":
+    if last:
+        raise ValueError("a bad batch on the last rank")
+    dist.all_reduce(np.ones(8, np.float32))
+elif scenario == "monitored":
+    if not last:
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=2))
+        except dist.DistBackendError as exc:
+            print(f"rank {rank}: monitored_barrier: {exc}", flush=True)
+    dist.barrier()  # the last rank joins here: everyone leaves
+else:
+    raise SystemExit(f"unknown scenario {scenario!r}")
+print(f"rank {rank}: done", flush=True)
+dist.destroy_process_group()

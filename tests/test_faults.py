@@ -1,0 +1,92 @@
+"""Fault scenarios as real multi-rank jobs (tests/faults/scenario.py), each within a time bound.
+
+Serial tests that start mpiexec themselves (skipped under an outer mpiexec). They check that
+a hang becomes a prompt abort with a report naming the operation, that an exception on one
+rank ends the job, that monitored_barrier names the missing rank, and that the flight-recorder
+dumps parse and ``python -m hpc_c10d trace`` names the straggler.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from _launch import ROOT, launch, mpiexec, outer_world_size
+
+SCENARIO = os.path.join(ROOT, "tests", "faults", "scenario.py")
+BOUND_S = 45  # each job must end well inside a minute
+
+pytestmark = [
+    pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts mpiexec itself"),
+    pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH"),
+]
+
+
+def _run(scenario, nprocs, tmp_path, **env):
+    env = {"HPC_C10D_TRACE_DIR": str(tmp_path / "traces"), "HPC_C10D_ABORT_GRACE": "2", **env}
+    start = time.monotonic()
+    proc, cmd = launch(nprocs, [SCENARIO, scenario], BOUND_S, env=env, cwd=str(tmp_path))
+    took = time.monotonic() - start
+    output = f"$ {' '.join(cmd)}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    assert proc.returncode != 124, f"{scenario} at -n {nprocs} hung past {BOUND_S} s\n{output}"
+    return proc, took, output
+
+
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, tmp_path):
+    proc, took, output = _run("straggler", nprocs, tmp_path)
+    assert proc.returncode != 0, output
+    assert "Watchdog caught collective operation timeout: barrier seq 4 of group 0" in proc.stderr, output
+    straggler = nprocs - 1
+    others = "rank 0" if nprocs == 2 else f"ranks 0-{nprocs - 2}"
+    assert f"{others} in barrier seq 4 of group 0" in proc.stderr, output
+    assert f"behind: rank {straggler} (collective seq 3 < 4)" in proc.stderr, output
+
+    traces = tmp_path / "traces"
+    dumps = sorted(p for p in os.listdir(traces) if p.endswith(".json"))
+    assert len(dumps) == nprocs, (dumps, output)
+    by_rank = {d["rank"]: d for d in (json.loads((traces / name).read_text()) for name in dumps)}
+    assert set(by_rank) == set(range(nprocs))
+    for r, dump in by_rank.items():
+        assert dump["world_size"] == nprocs and dump["groups"][0]["name"] == "0"
+        assert dump["groups"][0]["seq"] == (3 if r == straggler else 4)
+        assert [f["op"] for f in dump["in_flight"]] == ([] if r == straggler else ["barrier"])
+
+    report = subprocess.run([sys.executable, "-m", "hpc_c10d", "trace", str(traces)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    assert f"dumps from {nprocs} of {nprocs} ranks" in report.stdout
+    assert f"rank {straggler} not inside any operation" in report.stdout, report.stdout
+    assert f"behind: rank {straggler}" in report.stdout, report.stdout
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_an_exception_on_one_rank_ends_the_job_promptly(nprocs, tmp_path):
+    proc, took, output = _run("raises", nprocs, tmp_path)
+    assert proc.returncode != 0, output
+    assert f"[rank {nprocs - 1}]: ValueError: a bad batch on the last rank" in proc.stderr, output
+    assert took < 30, f"took {took:.1f} s\n{output}"
+
+
+def test_the_exception_hook_can_be_turned_off(tmp_path):
+    """With HPC_C10D_ABORT_ON_EXCEPTION=0 the others are ended by the watchdog instead."""
+    proc, took, output = _run("raises", 2, tmp_path, HPC_C10D_ABORT_ON_EXCEPTION="0")
+    assert proc.returncode != 0, output
+    assert "aborting the job" not in proc.stderr, output
+    assert "Watchdog caught collective operation timeout: all_reduce seq 4 of group 0" in proc.stderr, output
+
+
+def test_monitored_barrier_names_the_missing_rank(tmp_path):
+    proc, took, output = _run("monitored", 3, tmp_path)
+    assert proc.returncode == 0, output
+    assert "rank 0: monitored_barrier: [Rank 0]: Rank 2 failed to pass monitoredBarrier" in proc.stdout, output
+    assert "rank 2: done" in proc.stdout, output
+
+
+def test_trace_command_without_dumps_says_so(tmp_path):
+    report = subprocess.run([sys.executable, "-m", "hpc_c10d", "trace", str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 1
+    assert "no flight-recorder dumps found" in report.stdout
