@@ -35,6 +35,10 @@ class _World:
         self.thread_level: str | None = None
         self.default_store: Any = None
 
+    def operations_started(self) -> int:
+        """Collectives and point-to-point operations started on this rank's live groups."""
+        return sum(pg._seq + pg._p2p_seq for pg in self.groups)
+
     @property
     def pg_map(self) -> dict[ProcessGroup, tuple[str, None]]:
         return {pg: (pg.name(), None) for pg in self.groups}

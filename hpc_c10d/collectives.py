@@ -12,7 +12,6 @@ import warnings
 from typing import Any
 
 from ._state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group
-from .mpi.progress import progress
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp
 from .work import Work, combine_works
@@ -26,7 +25,6 @@ __all__ = [
 
 
 def _member(group: Any, op_name: str) -> ProcessGroup | None:
-    progress.calls += 1
     if group is None:
         pg = _world.default_pg
         return pg if pg is not None else default_group()
@@ -39,7 +37,6 @@ def _member(group: Any, op_name: str) -> ProcessGroup | None:
 def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: ProcessGroup | None = None,
                async_op: bool = False) -> Work | None:
     """Reduce ``tensor`` over the group; every rank gets the result in place."""
-    progress.calls += 1
     pg = _world.default_pg if group is None else _member(group, "all_reduce")
     if pg is None:
         if group is None:

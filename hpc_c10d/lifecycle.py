@@ -13,6 +13,7 @@ from . import flight_recorder, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
+from .mpi.progress import progress
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
 from .store import MPIStore, Store
@@ -30,6 +31,8 @@ __all__ = [
 default_pg_timeout = timedelta(minutes=30)
 
 _INIT_SCHEMES = ("env://", "tcp://", "file://", "mpi://")
+
+progress.activity = _world.operations_started  # the store's progress thread backs off while this grows
 
 
 def check_timeout(timeout: Any) -> timedelta:

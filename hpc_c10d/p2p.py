@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._state import resolve_group, to_group_rank, warn_not_in_group
-from .mpi.progress import progress
 from .process_group import ProcessGroup
 from .work import Work
 
@@ -18,7 +17,6 @@ __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
 
 def _peer(pg: ProcessGroup, rank: int | None, group_rank: int | None, name: str,
           optional: bool = False) -> int | None:
-    progress.calls += 1
     if optional and rank is None and group_rank is None:
         return None
     return to_group_rank(pg, rank, group_rank, name)

@@ -117,14 +117,15 @@ def test_default_store_is_a_shared_mpistore(comm, rank, size):
 
 
 def test_collectives_tell_the_progress_thread_to_back_off(comm, rank, size):
-    """Every collective and point-to-point entry point bumps ``progress.calls``: the progress
-    thread sleeps longer while it moves, so it stays out of the way of the rank's own MPI calls."""
+    """Every collective and point-to-point operation moves ``progress.activity()`` (the groups'
+    sequence numbers): the progress thread sleeps longer while it moves, so it stays out of the
+    way of the rank's own MPI calls."""
     import numpy as np
 
     from hpc_c10d.mpi.progress import progress
 
     buf = np.ones(4, np.float32)
-    before = progress.calls
+    before = progress.activity()
     dist.all_reduce(buf)
     dist.broadcast(buf, src=0)
     dist.barrier()
@@ -133,7 +134,7 @@ def test_collectives_tell_the_progress_thread_to_back_off(comm, rank, size):
         work = dist.irecv(np.empty(4, np.float32), src=(rank - 1) % size)
         dist.send(buf, dst=peer)
         work.wait()
-    assert progress.calls - before == (5 if size > 1 else 3)
+    assert progress.activity() - before == (5 if size > 1 else 3)
     np.testing.assert_array_equal(buf, np.full(4, size, np.float32))
 
 

@@ -7,8 +7,8 @@ at it. This thread sleeps ``interval`` seconds, makes one cheap MPI call that dr
 progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
 ``MPICH_ASYNC_PROGRESS`` it never spins; its wake-ups still cost large collectives a few
 percent on a machine with no idle core, so it backs off while the rank drives MPI itself:
-hpc_c10d's collectives and point-to-point calls bump ``progress.calls``, and a wake-up that
-finds it moved doubles the sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
+``progress.activity()`` counts what the rank started (hpc_c10d points it at its groups'
+sequence numbers), and a wake-up that finds it moved doubles the sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
 stops calling, every wake-up probes and halves the sleep back to ``interval``: a store operation
 aimed at a rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
 
@@ -29,7 +29,7 @@ import atexit
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "interval_from_env", "ProgressThread",
            "progress"]
@@ -57,9 +57,9 @@ class ProgressThread:
     """One per process, shared by every MPIStore: started by the first user, stopped by the last."""
 
     def __init__(self) -> None:
-        #: Bumped by every hpc_c10d collective and point-to-point call (a plain int: no lock on
-        #: the hot path; a lost increment only costs one probe).
-        self.calls = 0
+        #: A count that grows while the rank calls MPI by itself: hpc_c10d sets it to the number
+        #: of operations started on its groups (read once per wake-up, never on the hot path).
+        self.activity: Callable[[], int] = lambda: 0
         self._users = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -105,11 +105,11 @@ class ProgressThread:
 
     def _run(self, interval: float, any_source: int, any_tag: int) -> None:
         comm, stop = self._comm, self._stop
-        sleep, seen = interval, self.calls
+        sleep, seen = interval, self.activity()
         while not stop.wait(sleep):
-            calls = self.calls
-            if calls != seen:  # the rank is in MPI often enough by itself
-                seen, sleep = calls, min(2 * sleep, BUSY_INTERVAL)
+            started = self.activity()
+            if started != seen:  # the rank is in MPI often enough by itself
+                seen, sleep = started, min(2 * sleep, BUSY_INTERVAL)
                 continue
             sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
             comm.Iprobe(any_source, any_tag)
