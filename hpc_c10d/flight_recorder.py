@@ -24,9 +24,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Iterable
 
 from . import debug
+from ._env import non_negative
 from ._state import _world
 from .process_group import ProcessGroup
 from .work import Work
@@ -85,22 +86,11 @@ def _tracked_codes() -> dict[Any, str]:
     return _codes
 
 
-def _array_facts(local: dict[str, Any]) -> tuple[list[int] | None, str | None]:
-    for name in _ARRAY_ARGS:
-        value = local.get(name)
-        if isinstance(value, (list, tuple)) and value:
-            value = value[0]
-        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-        if shape is not None and dtype is not None:
-            return [int(n) for n in shape], str(dtype)
-    return None, None
-
-
 def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
     local = frame.f_locals
     owner = local.get("self")
     if isinstance(owner, ProcessGroup):
-        shape, dtype = _array_facts(local)
+        shape, dtype, _ = _array_summary(local.get(name) for name in _ARRAY_ARGS)
         seq = owner._p2p_seq if op in _P2P else owner._seq
         return InFlight(thread, op, owner._name, owner._desc, list(owner._global_ranks), seq, shape, dtype, owner)
     label = f"wait({getattr(owner, 'op_name', 'operation')})"
@@ -126,16 +116,9 @@ def in_flight(skip: int | None = None) -> list[InFlight]:
 # --------------------------------------------------------------------------------- the ring
 def buffer_size() -> int:
     """Entries the ring keeps (0: no ring); ValueError for a malformed setting."""
-    for name in (BUFFER_ENV, _TORCH_BUFFER_ENV):
-        text = os.environ.get(name, "").strip()
-        if text:
-            try:
-                size = int(text)
-            except ValueError:
-                raise ValueError(f"{name}={text!r} is not a whole number of entries") from None
-            if size < 0:
-                raise ValueError(f"{name}={text!r} must be >= 0")
-            return size
+    size = non_negative((BUFFER_ENV, _TORCH_BUFFER_ENV), int, "a whole number of entries")
+    if size is not None:
+        return size
     return _DEBUG_BUFFER if debug.get_debug_level() >= debug.DebugLevel.INFO else 0
 
 
@@ -143,7 +126,9 @@ _ring: collections.deque = collections.deque(maxlen=0)
 _ids = iter(range(sys.maxsize))
 
 
-def _array_summary(args: tuple) -> tuple[list[int] | None, str | None, int]:
+def _array_summary(args: Iterable[Any]) -> tuple[list[int] | None, str | None, int]:
+    """Shape and dtype of the first array among ``args`` (a list counts by its first element),
+    and how many arrays that argument holds."""
     for arg in args:
         count = 1
         if isinstance(arg, (list, tuple)):

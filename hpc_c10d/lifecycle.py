@@ -96,6 +96,7 @@ def init_process_group(
         raise ValueError("trying to initialize the default process group twice!")
     timeout = check_timeout(timeout)
     watchdog.policy_from_env()  # settings errors before any communication
+    watchdog.grace_from_env()
     flight_recorder.buffer_size()
     _check_init_method(init_method, store)
     if store is not None and not isinstance(store, Store):

@@ -36,11 +36,13 @@ import traceback
 from typing import Any
 
 from . import flight_recorder
+from ._env import non_negative
 from ._state import _world
 from .errors import DistBackendError
 from .logs import logger
 
-__all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "Watchdog", "start", "stop"]
+__all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
+           "stop"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -67,12 +69,10 @@ def policy_from_env() -> str:
     return "abort"
 
 
-def _grace() -> float:
-    text = os.environ.get(GRACE_ENV, "").strip()
-    try:
-        return max(0.0, float(text)) if text else 3.0
-    except ValueError:
-        raise ValueError(f"{GRACE_ENV}={text!r} is not a number of seconds") from None
+def grace_from_env() -> float:
+    """Seconds the first rank to fail waits for the others' dumps; ValueError for a bad setting."""
+    grace = non_negative(GRACE_ENV, float, "a number of seconds")
+    return 3.0 if grace is None else grace
 
 
 def _abort_job(MPI: Any) -> None:
@@ -86,7 +86,7 @@ class Watchdog:
 
     def __init__(self, MPI: Any, policy: str, run_id: str, directory: str) -> None:
         self._MPI, self.policy, self.run_id, self.directory = MPI, policy, run_id, directory
-        self.grace = _grace()
+        self.grace = grace_from_env()
         self._stop = threading.Event()
         self._seen: dict[tuple, float] = {}
         self._fired: set[tuple] = set()
@@ -183,7 +183,7 @@ class Watchdog:
 
 _watchdog: Watchdog | None = None
 _previous_hook: Any = None
-_previous_wakeup: int | None = None
+_owns_wakeup = False  # SIGUSR2 and signal.set_wakeup_fd were free and are ours
 
 
 def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
@@ -205,7 +205,7 @@ def _interactive() -> bool:
 
 def start(MPI: Any, run_id: str) -> None:
     """Start the watchdog, the exception hook and the SIGUSR2 dump (``init_process_group``)."""
-    global _watchdog, _previous_hook, _previous_wakeup
+    global _watchdog, _previous_hook, _owns_wakeup
     policy = policy_from_env()
     abort_on_exception = os.environ.get(EXCEPTION_ENV, "1").strip() not in ("0", "false", "no", "off")
     if policy == "off":
@@ -219,19 +219,18 @@ def start(MPI: Any, run_id: str) -> None:
             signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # the watchdog thread dumps
             os.set_blocking(_watchdog.wake_fd(), False)
             previous = signal.set_wakeup_fd(_watchdog.wake_fd(), warn_on_full_buffer=False)
-            if previous != -1:  # someone else (asyncio) owns it: leave theirs in place
+            _owns_wakeup = previous == -1
+            if not _owns_wakeup:  # someone else (asyncio) owns it: leave theirs in place
                 signal.set_wakeup_fd(previous)
-            else:
-                _previous_wakeup = previous
 
 
 def stop() -> None:
     """Undo ``start`` (``destroy_process_group``)."""
-    global _watchdog, _previous_hook, _previous_wakeup
-    if _previous_wakeup is not None:
-        signal.set_wakeup_fd(_previous_wakeup)
+    global _watchdog, _previous_hook, _owns_wakeup
+    if _owns_wakeup:
+        signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-        _previous_wakeup = None
+        _owns_wakeup = False
     if _previous_hook is not None and sys.excepthook is _excepthook:
         sys.excepthook = _previous_hook
     _previous_hook = None

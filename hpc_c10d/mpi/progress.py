@@ -26,10 +26,11 @@ Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 t
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import warnings
 from typing import Any, Callable
+
+from .._env import non_negative
 
 __all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "interval_from_env", "ProgressThread",
            "progress"]
@@ -41,16 +42,8 @@ BUSY_INTERVAL = 0.064  # longest sleep while the rank keeps calling MPI on its o
 
 def interval_from_env() -> float:
     """Return the configured interval in seconds; ValueError for a malformed or negative one."""
-    text = os.environ.get(INTERVAL_ENV, "")
-    if not text.strip():
-        return DEFAULT_INTERVAL
-    try:
-        interval = float(text)
-    except ValueError:
-        raise ValueError(f"{INTERVAL_ENV}={text!r} is not a number of seconds") from None
-    if interval < 0:
-        raise ValueError(f"{INTERVAL_ENV}={text!r} must be >= 0 (0 turns the thread off)")
-    return interval
+    interval = non_negative(INTERVAL_ENV, float, "a number of seconds", " (0 turns the thread off)")
+    return DEFAULT_INTERVAL if interval is None else interval
 
 
 class ProgressThread:
