@@ -30,6 +30,7 @@ from . import debug
 from ._env import non_negative
 from ._state import _world
 from .process_group import ProcessGroup
+from .transport import TransportWrapper
 from .work import Work
 
 __all__ = ["InFlight", "in_flight", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
@@ -91,6 +92,7 @@ def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
     owner = local.get("self")
     if isinstance(owner, ProcessGroup):
         shape, dtype, _ = _array_summary(local.get(name) for name in _ARRAY_ARGS)
+        shape, dtype = (None, None) if shape is None else ([int(n) for n in shape], str(dtype))
         seq = owner._p2p_seq if op in _P2P else owner._seq
         return InFlight(thread, op, owner._name, owner._desc, list(owner._global_ranks), seq, shape, dtype, owner)
     label = f"wait({getattr(owner, 'op_name', 'operation')})"
@@ -126,52 +128,60 @@ _ring: collections.deque = collections.deque(maxlen=0)
 _ids = iter(range(sys.maxsize))
 
 
-def _array_summary(args: Iterable[Any]) -> tuple[list[int] | None, str | None, int]:
-    """Shape and dtype of the first array among ``args`` (a list counts by its first element),
-    and how many arrays that argument holds."""
+def _array_summary(args: Iterable[Any]) -> tuple[Any, Any, int]:
+    """Shape and dtype objects of the first array among ``args`` (a list counts by its first
+    element), and how many arrays that argument holds. Turned into text only when dumped."""
     for arg in args:
         count = 1
         if isinstance(arg, (list, tuple)):
             count, arg = len(arg), arg[0] if arg else None
         shape, dtype = getattr(arg, "shape", None), getattr(arg, "dtype", None)
         if shape is not None and dtype is not None:
-            return [int(n) for n in shape], str(dtype), count
+            return shape, dtype, count
     return None, None, 0
 
 
-class _Recording:
+class _Recording(TransportWrapper):
     """A transport whose every operation leaves an entry in the ring."""
 
     def __init__(self, inner: Any, pg: ProcessGroup) -> None:
-        self._inner, self._pg = inner, pg
-        self.device = inner.device
-        self.adapt_input, self.adapt_output = inner.adapt_input, inner.adapt_output
+        super().__init__(inner)
+        self._pg = pg
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._inner, name)
-        if not callable(method) or name.startswith("_"):
-            return method
+    def around(self, name: str, method: Any) -> Any:
+        pg, p2p = self._pg, name in _P2P
 
         def recorded(*args: Any) -> Any:
-            pg = self._pg
             shape, dtype, count = _array_summary(args)
-            entry = {"id": next(_ids), "op": name, "group": pg._name, "group_desc": pg._desc,
-                     "seq": pg._p2p_seq if name in _P2P else pg._seq, "p2p": name in _P2P,
-                     "shape": shape, "dtype": dtype, "arrays": count, "state": "started",
-                     "started": time.time(), "finished": None}
+            entry = [next(_ids), name, pg, pg._p2p_seq if p2p else pg._seq, p2p, shape, dtype, count,
+                     "started", time.time(), None]  # _ENTRY_FIELDS, made a dict when dumped
             _ring.append(entry)
             try:
                 result = method(*args)
             except BaseException as exc:
-                entry["state"] = f"failed: {type(exc).__name__}"
+                entry[_STATE] = f"failed: {type(exc).__name__}"
                 raise
             if isinstance(result, Work):
-                entry["state"] = "scheduled"  # async: completion is up to its Work
+                entry[_STATE] = "scheduled"  # async: completion is up to its Work
             else:
-                entry["state"], entry["finished"] = "completed", time.time()
+                entry[_STATE], entry[_FINISHED] = "completed", time.time()
             return result
 
         return recorded
+
+
+_ENTRY_FIELDS = ("id", "op", "group", "seq", "p2p", "shape", "dtype", "arrays", "state", "started", "finished")
+_STATE, _FINISHED = _ENTRY_FIELDS.index("state"), _ENTRY_FIELDS.index("finished")
+
+
+def _entry_dict(entry: list) -> dict[str, Any]:
+    """A ring entry as JSON-ready fields (the group named by its name and description)."""
+    found = dict(zip(_ENTRY_FIELDS, entry))
+    pg = found["group"]
+    found["group"], found["group_desc"] = pg._name, pg._desc
+    found["shape"] = None if found["shape"] is None else [int(n) for n in found["shape"]]
+    found["dtype"] = None if found["dtype"] is None else str(found["dtype"])
+    return found
 
 
 def enable_recording(pg: ProcessGroup) -> None:
@@ -201,7 +211,7 @@ def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:
         "groups": [{"name": g._name, "desc": g._desc, "ranks": list(g._global_ranks), "seq": g._seq,
                     "p2p_seq": g._p2p_seq, "timeout_s": g._timeout.total_seconds()} for g in _world.groups],
         "in_flight": flights,
-        "entries": list(_ring),
+        "entries": [_entry_dict(entry) for entry in list(_ring)],
     }
 
 

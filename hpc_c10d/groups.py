@@ -10,10 +10,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Sequence
 
-from . import flight_recorder
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import BackendConfig
-from .lifecycle import check_timeout
+from .lifecycle import check_timeout, instrument
 from .process_group import ProcessGroup
 
 __all__ = [
@@ -28,7 +27,7 @@ def _register(comm: Any, global_ranks: Sequence[int], backend: str | None, timeo
     config = parent._config if backend is None else BackendConfig(backend)
     backend_name = parent.name() if backend is None else str(config) if ":" in backend else backend.lower()
     pg = ProcessGroup(comm, global_ranks, name, config, backend_name, timeout, desc or "undefined")
-    flight_recorder.enable_recording(pg)
+    instrument(pg)
     _world.groups.append(pg)
     return pg
 

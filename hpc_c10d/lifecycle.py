@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from . import flight_recorder, logs, watchdog
+from . import fingerprints, flight_recorder, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
@@ -121,9 +121,15 @@ def init_process_group(
     _world.groups.append(pg)
     _world.group_count = 1
     logs.configure()
-    flight_recorder.enable_recording(pg)
+    instrument(pg)
     run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
     watchdog.start(MPI, run_id)
+
+
+def instrument(pg: ProcessGroup) -> None:
+    """Put the debug aids the settings ask for around a new group's transports (collective call)."""
+    fingerprints.enable_checks(pg)
+    flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 
 def destroy_process_group(group: ProcessGroup | None = None) -> None:

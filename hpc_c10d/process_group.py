@@ -148,8 +148,10 @@ class ProcessGroup(TorchProcessGroupAPI):
         return transport
 
     def _wrap_transports(self, wrap: Callable[[Transport], Transport]) -> None:
-        """Put ``wrap`` around every transport of this group, present and future (debug aids)."""
-        self._wrap = wrap
+        """Put ``wrap`` around every transport of this group, present and future (debug aids);
+        a later wrap goes around the earlier ones."""
+        inner = self._wrap
+        self._wrap = wrap if inner is None else lambda transport: wrap(inner(transport))
         self._transports = {device: wrap(t) for device, t in self._transports.items()}
         self._cpu = self._transports.get("cpu")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Sequence
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "TransportWrapper"]
 
 
 class Transport(abc.ABC):
@@ -89,3 +89,30 @@ class Transport(abc.ABC):
 
     def close(self) -> None:
         """Release the transport's resources."""
+
+
+class TransportWrapper:
+    """Forwards to another transport; a subclass wraps the methods it cares about (debug aids).
+
+    ``around(name, method)`` returns the method to use instead, or ``method`` itself; the
+    result is kept as an attribute, so later calls skip ``__getattr__``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.device = inner.device
+        self.adapt_input, self.adapt_output = inner.adapt_input, inner.adapt_output
+
+    def around(self, name: str, method: Any) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._inner, name)
+        if name.startswith("_") or not callable(method):
+            return method
+        wrapped = self.around(name, method)
+        setattr(self, name, wrapped)
+        return wrapped
+
+    def close(self) -> None:
+        self._inner.close()

@@ -122,9 +122,8 @@ class Watchdog:
             if self._stop.is_set():
                 return
             try:
-                if ready:
-                    os.read(self._wake_r, 512)
-                    self.dump("signal")
+                if ready and signal.SIGUSR2 in os.read(self._wake_r, 512):  # one byte per caught signal
+                    self.dump("SIGUSR2")
                 self._tick()
             except Exception as exc:  # the watchdog must outlive its own mistakes
                 logger.warning("watchdog: %s: %s", type(exc).__name__, exc)
@@ -220,8 +219,9 @@ def start(MPI: Any, run_id: str) -> None:
             os.set_blocking(_watchdog.wake_fd(), False)
             previous = signal.set_wakeup_fd(_watchdog.wake_fd(), warn_on_full_buffer=False)
             _owns_wakeup = previous == -1
-            if not _owns_wakeup:  # someone else (asyncio) owns it: leave theirs in place
+            if not _owns_wakeup:  # someone else (asyncio) owns it: leave theirs and SIGUSR2 alone
                 signal.set_wakeup_fd(previous)
+                signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 
 
 def stop() -> None:

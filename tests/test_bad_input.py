@@ -6,9 +6,12 @@ Errors that need a fresh process (before init, bad init arguments) run in a plai
 ``python -c`` subprocess, outside mpiexec.
 """
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
@@ -49,125 +52,299 @@ def _strided(n=4, dtype=F32):
     return np.zeros(2 * n, dtype)[::2]
 
 
-# (id, exception, message regex, call(rank, size)); each call is invalid on every rank.
+class Case(NamedTuple):
+    """One row of the bad-input table (docs/bad_input.md is rendered from these rows)."""
+
+    function: str
+    wrong: str  # what is wrong with the call
+    error: type
+    message: str  # a phrase the message must contain
+    call: Callable  # call(rank, size, first_only): invalid on every rank that makes it
+    members_only: bool = False  # uses first_only: only its member (rank 0) makes the call
+
+
+NOT_ARRAY = "expected an array (numpy, torch tensor, DLPack or buffer object)"
+DTYPES_DIFFER = "Invalid usage of tensors with different dtypes"
+ONE_PER_RANK = "must hold one array per rank of the group"
+NOT_CONTIGUOUS = "must be C-contiguous because the result is written into it in place"
+READ_ONLY = "is read-only, but the result is written into it in place"
+NOT_MEMBER = "is not part of group"
+NOT_A_GROUP = "Expecting a ProcessGroup"
+NOT_TIMEDELTA = "Expected timeout argument to be of type datetime.timedelta"
+
+# first_only: a group of global rank 0 alone. Root-only lists are given on every rank with
+# every rank as its own root, so that every rank finds the same fault.
 CASES = [
-    # not an array
-    ("all_reduce_python_list", TypeError, None, lambda r, s: dist.all_reduce([1.0, 2.0])),
-    ("all_reduce_python_float", TypeError, None, lambda r, s: dist.all_reduce(3.0)),
-    ("broadcast_python_list", TypeError, None, lambda r, s: dist.broadcast([1.0], src=0)),
-    ("reduce_tuple", TypeError, None, lambda r, s: dist.reduce((1, 2), dst=0)),
-    ("irecv_python_list", TypeError, None, lambda r, s: dist.irecv([1, 2])),
-    ("all_gather_output_lists", TypeError, None, lambda r, s: dist.all_gather([[0.0] * 4] * s, _a())),
-    ("all_gather_input_list", TypeError, None, lambda r, s: dist.all_gather([_a() for _ in range(s)], [0.0] * 4)),
-    ("all_gather_output_not_a_list", TypeError, None, lambda r, s: dist.all_gather(_a(4 * s), _a())),
+    # not an array, not a list, not a group, not an op
+    Case("all_reduce", "a Python list as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.all_reduce([1.0, 2.0])),
+    Case("all_reduce", "a Python float as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.all_reduce(3.0)),
+    Case("broadcast", "a Python list as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.broadcast([1.0], src=0)),
+    Case("reduce", "a tuple as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.reduce((1, 2), dst=0)),
+    Case("send", "a Python list as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.send([1.0], dst=(r + 1) % s)),
+    Case("irecv", "a Python list as tensor", TypeError, NOT_ARRAY, lambda r, s, g: dist.irecv([1, 2])),
+    Case("all_gather", "lists in the output list", TypeError, NOT_ARRAY,
+         lambda r, s, g: dist.all_gather([[0.0] * 4] * s, _a())),
+    Case("all_gather", "a list as input", TypeError, NOT_ARRAY,
+         lambda r, s, g: dist.all_gather([_a() for _ in range(s)], [0.0] * 4)),
+    Case("all_gather", "an array as output list", TypeError, "expected `tensor_list` to be a list of arrays",
+         lambda r, s, g: dist.all_gather(_a(4 * s), _a())),
+    Case("all_reduce", "op given as a string", TypeError, "op must be a ReduceOp",
+         lambda r, s, g: dist.all_reduce(_a(), op="sum")),
+    Case("all_reduce", "an int as group", TypeError, NOT_A_GROUP, lambda r, s, g: dist.all_reduce(_a(), group=5)),
+    Case("barrier", "a string as group", TypeError, NOT_A_GROUP, lambda r, s, g: dist.barrier(group="x")),
+    Case("get_rank", "an int as group", TypeError, NOT_A_GROUP, lambda r, s, g: dist.get_rank(group=3)),
+    Case("get_world_size", "an int as group", TypeError, NOT_A_GROUP, lambda r, s, g: dist.get_world_size(group=3)),
+    # unsupported op and dtype pairs
+    Case("all_reduce", "BAND on float32", ValueError, "does not support bitwise RedOpType.BAND",
+         lambda r, s, g: dist.all_reduce(_a(), op=dist.ReduceOp.BAND)),
+    Case("all_reduce", "MAX on complex64", ValueError, "does not support RedOpType.MAX on complex",
+         lambda r, s, g: dist.all_reduce(_a(dtype=np.complex64), op=dist.ReduceOp.MAX)),
+    Case("all_reduce", "PREMUL_SUM on int32", ValueError, "PREMUL_SUM only on floating-point and complex",
+         lambda r, s, g: dist.all_reduce(_a(dtype=np.int32), op=dist._make_nccl_premul_sum(2.0))),
     # lists of mixed dtypes
-    ("all_gather_mixed_dtypes", ValueError, "(?i)dtype",
-     lambda r, s: dist.all_gather([_a() for _ in range(s - 1)] + [_a(dtype=np.int64)], _a())),
-    ("all_to_all_mixed_dtypes", ValueError, "(?i)dtype",
-     lambda r, s: dist.all_to_all([_a() for _ in range(s)], [_a(dtype=np.float64)] + [_a() for _ in range(s - 1)])),
-    ("reduce_scatter_mixed_dtypes", ValueError, "(?i)dtype",
-     lambda r, s: dist.reduce_scatter(_a(), [_a(dtype=np.int32)] + [_a() for _ in range(s - 1)])),
-    ("scatter_mixed_dtypes", ValueError, None,
-     lambda r, s: dist.scatter(_a(), [_a(dtype=np.float16) for _ in range(s)], src=0)),
-    ("gather_mixed_dtypes", ValueError, None,
-     lambda r, s: dist.gather(_a(), [_a(dtype=np.int8) for _ in range(s)], dst=0)),
+    Case("all_gather", "an int64 block among float32", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.all_gather([_a() for _ in range(s - 1)] + [_a(dtype=np.int64)], _a())),
+    Case("all_to_all", "a float64 input among float32", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.all_to_all([_a() for _ in range(s)], [_a(dtype=np.float64)] + [_a() for _ in range(s - 1)])),
+    Case("reduce_scatter", "an int32 input among float32", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.reduce_scatter(_a(), [_a(dtype=np.int32)] + [_a() for _ in range(s - 1)])),
+    Case("scatter", "float16 inputs, float32 output", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.scatter(_a(), [_a(dtype=np.float16) for _ in range(s)], src=r)),
+    Case("gather", "int8 outputs, float32 input", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.gather(_a(), [_a(dtype=np.int8) for _ in range(s)], dst=r)),
+    Case("all_gather_into_tensor", "float64 output, float32 input", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.all_gather_into_tensor(_a(4 * s, np.float64), _a(4))),
+    Case("reduce_scatter_tensor", "int32 output, float32 input", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.reduce_scatter_tensor(_a(4, np.int32), _a(4 * s))),
+    Case("all_to_all_single", "int64 output, float32 input", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.all_to_all_single(_a(4 * s, np.int64), _a(4 * s))),
     # wrong list lengths
-    ("all_gather_list_too_long", ValueError, None, lambda r, s: dist.all_gather([_a() for _ in range(s + 1)], _a())),
-    ("all_gather_list_too_short", ValueError, None, lambda r, s: dist.all_gather([_a() for _ in range(s - 1)], _a())),
-    ("scatter_list_too_long", ValueError, None, lambda r, s: dist.scatter(_a(), [_a() for _ in range(s + 1)], src=0)),
-    ("gather_list_too_long", ValueError, None, lambda r, s: dist.gather(_a(), [_a() for _ in range(s + 1)], dst=0)),
-    ("reduce_scatter_list_too_long", ValueError, None,
-     lambda r, s: dist.reduce_scatter(_a(), [_a() for _ in range(s + 1)])),
-    ("all_to_all_lists_too_long", ValueError, None,
-     lambda r, s: dist.all_to_all([_a() for _ in range(s + 1)], [_a() for _ in range(s + 1)])),
-    ("all_to_all_output_list_too_long", ValueError, None,
-     lambda r, s: dist.all_to_all([_a() for _ in range(s + 1)], [_a() for _ in range(s)])),
-    # wrong output sizes
-    ("all_gather_into_tensor_output_too_big", ValueError, None,
-     lambda r, s: dist.all_gather_into_tensor(_a(4 * s + 1), _a(4))),
-    ("all_gather_into_tensor_output_too_small", ValueError, None,
-     lambda r, s: dist.all_gather_into_tensor(_a(4 * s - 1), _a(4))),
-    ("reduce_scatter_tensor_output_wrong", ValueError, None,
-     lambda r, s: dist.reduce_scatter_tensor(_a(5), _a(4 * s))),
-    ("reduce_scatter_tensor_input_wrong", ValueError, None,
-     lambda r, s: dist.reduce_scatter_tensor(_a(4), _a(4 * s + 2))),
-    ("all_gather_element_too_big", ValueError, None,
-     lambda r, s: dist.all_gather([_a(5) for _ in range(s)], _a(4))),
-    ("all_gather_element_too_small", ValueError, None,
-     lambda r, s: dist.all_gather([_a(3) for _ in range(s)], _a(4))),
-    ("all_to_all_element_sizes_differ", ValueError, None,
-     lambda r, s: dist.all_to_all([_a(5) for _ in range(s)], [_a(4) for _ in range(s)])),
-    ("reduce_scatter_element_sizes_differ", ValueError, None,
-     lambda r, s: dist.reduce_scatter(_a(4), [_a(5) for _ in range(s)])),
-    # output dtype != input dtype
-    ("all_gather_into_tensor_dtype", ValueError, "(?i)dtype",
-     lambda r, s: dist.all_gather_into_tensor(_a(4 * s, np.float64), _a(4))),
-    ("reduce_scatter_tensor_dtype", ValueError, "(?i)dtype",
-     lambda r, s: dist.reduce_scatter_tensor(_a(4, np.int32), _a(4 * s))),
-    ("all_to_all_single_dtype", ValueError, "(?i)dtype",
-     lambda r, s: dist.all_to_all_single(_a(4 * s, np.int64), _a(4 * s))),
-    ("torch_all_gather_into_tensor_dtype", ValueError, "(?i)dtype",
-     lambda r, s: dist.all_gather_into_tensor(torch.zeros(4 * s, dtype=torch.float64), torch.zeros(4))),
-    # non-contiguous outputs
-    ("all_reduce_strided", ValueError, "(?i)contiguous", lambda r, s: dist.all_reduce(_strided())),
-    ("broadcast_column", ValueError, "(?i)contiguous", lambda r, s: dist.broadcast(np.zeros((4, 4))[:, 1], src=0)),
-    ("all_gather_strided_output", ValueError, "(?i)contiguous",
-     lambda r, s: dist.all_gather([_strided() for _ in range(s)], _a())),
-    ("all_gather_into_tensor_strided_output", ValueError, "(?i)contiguous",
-     lambda r, s: dist.all_gather_into_tensor(_strided(4 * s), _a())),
-    ("torch_all_reduce_transposed", ValueError, "(?i)contiguous",
-     lambda r, s: dist.all_reduce(torch.zeros(3, 4).t())),
-    # read-only outputs
-    ("all_reduce_readonly", ValueError, "(?i)(read-?only|writ)", lambda r, s: dist.all_reduce(_readonly())),
-    ("all_gather_readonly_output", ValueError, "(?i)(read-?only|writ)",
-     lambda r, s: dist.all_gather([_readonly() for _ in range(s)], _a())),
-    ("all_gather_into_tensor_readonly", ValueError, "(?i)(read-?only|writ)",
-     lambda r, s: dist.all_gather_into_tensor(_readonly(4 * s), _a())),
-    ("reduce_scatter_tensor_readonly", ValueError, "(?i)(read-?only|writ)",
-     lambda r, s: dist.reduce_scatter_tensor(_readonly(4), _a(4 * s))),
-    ("scatter_readonly_output", ValueError, "(?i)(read-?only|writ)",
-     lambda r, s: dist.scatter(_readonly(), [_a() for _ in range(s)] if r == 0 else None, src=0)),
-    ("irecv_readonly", ValueError, "(?i)(read-?only|writ)", lambda r, s: dist.irecv(_readonly())),
-    # src / dst out of range
-    ("broadcast_src_size", ValueError, None, lambda r, s: dist.broadcast(_a(), src=s)),
-    ("broadcast_src_negative", ValueError, None, lambda r, s: dist.broadcast(_a(), src=-5)),
-    ("broadcast_group_src_size", ValueError, None, lambda r, s: dist.broadcast(_a(), group_src=s)),
-    ("reduce_dst_size", ValueError, None, lambda r, s: dist.reduce(_a(), dst=s)),
-    ("reduce_dst_negative", ValueError, None, lambda r, s: dist.reduce(_a(), dst=-5)),
-    ("gather_dst_size", ValueError, None, lambda r, s: dist.gather(_a(), None, dst=s)),
-    ("scatter_src_negative", ValueError, None, lambda r, s: dist.scatter(_a(), None, src=-5)),
-    ("broadcast_object_list_src_size", ValueError, None, lambda r, s: dist.broadcast_object_list([None], src=s)),
-    ("gather_object_dst_size", ValueError, None, lambda r, s: dist.gather_object(1, None, dst=s)),
-    ("scatter_object_list_src_negative", ValueError, None,
-     lambda r, s: dist.scatter_object_list([None], None, src=-5)),
+    Case("all_gather", "one block too many", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.all_gather([_a() for _ in range(s + 1)], _a())),
+    Case("all_gather", "one block too few", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.all_gather([_a() for _ in range(s - 1)], _a())),
+    Case("scatter", "one input too many", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.scatter(_a(), [_a() for _ in range(s + 1)], src=r)),
+    Case("gather", "one output too many", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.gather(_a(), [_a() for _ in range(s + 1)], dst=r)),
+    Case("reduce_scatter", "one input too many", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.reduce_scatter(_a(), [_a() for _ in range(s + 1)])),
+    Case("all_to_all", "both lists one too long", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.all_to_all([_a() for _ in range(s + 1)], [_a() for _ in range(s + 1)])),
+    Case("all_to_all", "output list one too long", ValueError, ONE_PER_RANK,
+         lambda r, s, g: dist.all_to_all([_a() for _ in range(s + 1)], [_a() for _ in range(s)])),
+    Case("all_gather_object", "None as object_list", TypeError, "`object_list` must be a list",
+         lambda r, s, g: dist.all_gather_object(None, 1)),
+    Case("all_gather_object", "an empty object_list", ValueError, "to be a list of size at least",
+         lambda r, s, g: dist.all_gather_object([], 1)),
+    Case("broadcast_object_list", "an int as object_list", TypeError, "`object_list` must be a list",
+         lambda r, s, g: dist.broadcast_object_list(5, src=0)),
+    Case("scatter_object_list", "an empty output list", ValueError, "to be a list of size at least",
+         lambda r, s, g: dist.scatter_object_list([], [1] * s if r == 0 else None, src=0)),
+    Case("batch_isend_irecv", "an empty op list", ValueError, "Invalid ``p2p_op_list``",
+         lambda r, s, g: dist.batch_isend_irecv([])),
+    Case("batch_isend_irecv", "an int in the op list", ValueError, "Invalid ``p2p_op_list``",
+         lambda r, s, g: dist.batch_isend_irecv([1])),
+    Case("P2POp", "broadcast as op", ValueError, "Expected ``op`` to be of type",
+         lambda r, s, g: dist.P2POp(dist.broadcast, _a(), 0)),
+    # wrong sizes
+    Case("all_gather_into_tensor", "output one element too big", ValueError, "expected group size",
+         lambda r, s, g: dist.all_gather_into_tensor(_a(4 * s + 1), _a(4))),
+    Case("all_gather_into_tensor", "output one element too small", ValueError, "expected group size",
+         lambda r, s, g: dist.all_gather_into_tensor(_a(4 * s - 1), _a(4))),
+    Case("reduce_scatter_tensor", "output not input / size", ValueError, "expected group size",
+         lambda r, s, g: dist.reduce_scatter_tensor(_a(5), _a(4 * s))),
+    Case("reduce_scatter_tensor", "input not size x output", ValueError, "expected group size",
+         lambda r, s, g: dist.reduce_scatter_tensor(_a(4), _a(4 * s + 2))),
+    Case("all_gather", "output blocks bigger than input", ValueError, "every block must have 4",
+         lambda r, s, g: dist.all_gather([_a(5) for _ in range(s)], _a(4))),
+    Case("all_gather", "output blocks smaller than input", ValueError, "every block must have 4",
+         lambda r, s, g: dist.all_gather([_a(3) for _ in range(s)], _a(4))),
+    Case("all_to_all", "own block sizes differ", ValueError, "the block a rank sends itself must match",
+         lambda r, s, g: dist.all_to_all([_a(5) for _ in range(s)], [_a(4) for _ in range(s)])),
+    Case("reduce_scatter", "input blocks bigger than output", ValueError, "every block must have 4",
+         lambda r, s, g: dist.reduce_scatter(_a(4), [_a(5) for _ in range(s)])),
+    Case("all_to_all_single", "input splits not summing to dim 0", ValueError, "non-negative sizes adding up",
+         lambda r, s, g: dist.all_to_all_single(_a(2 * s), _a(2 * s), input_split_sizes=[1] * s)),
+    Case("all_to_all_single", "output splits not summing to dim 0", ValueError, "non-negative sizes adding up",
+         lambda r, s, g: dist.all_to_all_single(_a(2 * s), _a(2 * s), output_split_sizes=[3] * s)),
+    Case("all_to_all_single", "one split too many", ValueError, "non-negative sizes adding up",
+         lambda r, s, g: dist.all_to_all_single(_a(2 * s), _a(2 * s), input_split_sizes=[2] * (s + 1))),
+    # outputs that cannot be written in place
+    Case("all_reduce", "a strided view", ValueError, NOT_CONTIGUOUS, lambda r, s, g: dist.all_reduce(_strided())),
+    Case("broadcast", "a column of a matrix", ValueError, NOT_CONTIGUOUS,
+         lambda r, s, g: dist.broadcast(np.zeros((4, 4))[:, 1], src=0)),
+    Case("all_gather", "strided output blocks", ValueError, NOT_CONTIGUOUS,
+         lambda r, s, g: dist.all_gather([_strided() for _ in range(s)], _a())),
+    Case("all_gather_into_tensor", "a strided output", ValueError, NOT_CONTIGUOUS,
+         lambda r, s, g: dist.all_gather_into_tensor(_strided(4 * s), _a())),
+    Case("all_reduce", "a read-only array", ValueError, READ_ONLY, lambda r, s, g: dist.all_reduce(_readonly())),
+    Case("all_gather", "read-only output blocks", ValueError, READ_ONLY,
+         lambda r, s, g: dist.all_gather([_readonly() for _ in range(s)], _a())),
+    Case("all_gather_into_tensor", "a read-only output", ValueError, READ_ONLY,
+         lambda r, s, g: dist.all_gather_into_tensor(_readonly(4 * s), _a())),
+    Case("reduce_scatter_tensor", "a read-only output", ValueError, READ_ONLY,
+         lambda r, s, g: dist.reduce_scatter_tensor(_readonly(4), _a(4 * s))),
+    Case("scatter", "a read-only output", ValueError, READ_ONLY,
+         lambda r, s, g: dist.scatter(_readonly(), [_a() for _ in range(s)] if r == 0 else None, src=0)),
+    Case("irecv", "a read-only buffer", ValueError, READ_ONLY, lambda r, s, g: dist.irecv(_readonly())),
+    # ranks out of range or not in the group
+    Case("broadcast", "src = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.broadcast(_a(), src=s)),
+    Case("broadcast", "src negative", ValueError, NOT_MEMBER, lambda r, s, g: dist.broadcast(_a(), src=-5)),
+    Case("broadcast", "group_src = group size", ValueError, "out of range for a group of size",
+         lambda r, s, g: dist.broadcast(_a(), group_src=s)),
+    Case("broadcast", "src not a member of group", ValueError, NOT_MEMBER,
+         lambda r, s, g: dist.broadcast(_a(), src=1, group=g), members_only=True),
+    Case("reduce", "dst = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.reduce(_a(), dst=s)),
+    Case("reduce", "dst negative", ValueError, NOT_MEMBER, lambda r, s, g: dist.reduce(_a(), dst=-5)),
+    Case("gather", "dst = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.gather(_a(), None, dst=s)),
+    Case("scatter", "src negative", ValueError, NOT_MEMBER, lambda r, s, g: dist.scatter(_a(), None, src=-5)),
+    Case("send", "dst = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.send(_a(), dst=s)),
+    Case("send", "dst = own rank", ValueError, "should not be the same as the rank of the current process",
+         lambda r, s, g: dist.send(_a(), dst=r)),
+    Case("isend", "a negative tag", ValueError, "tag must be a non-negative int",
+         lambda r, s, g: dist.isend(_a(), dst=r, tag=-1)),
+    Case("recv", "src = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.recv(_a(), src=s)),
+    Case("isend", "dst given as a string", TypeError, "rank must be an int", lambda r, s, g: dist.isend(_a(), dst="1")),
+    Case("send_object_list", "dst = own rank", ValueError, "should not be the same as the rank",
+         lambda r, s, g: dist.send_object_list([1], dst=r)),
+    Case("broadcast_object_list", "src = world size", ValueError, NOT_MEMBER,
+         lambda r, s, g: dist.broadcast_object_list([None], src=s)),
+    Case("gather_object", "dst = world size", ValueError, NOT_MEMBER,
+         lambda r, s, g: dist.gather_object(1, None, dst=s)),
+    Case("scatter_object_list", "src negative", ValueError, NOT_MEMBER,
+         lambda r, s, g: dist.scatter_object_list([None], None, src=-5)),
+    Case("get_group_rank", "a global rank not in the group", ValueError, NOT_MEMBER,
+         lambda r, s, g: dist.get_group_rank(g, 1), members_only=True),
+    Case("get_global_rank", "a group rank past the group", ValueError, "is not part of group",
+         lambda r, s, g: dist.get_global_rank(g, 1), members_only=True),
+    Case("new_group", "a rank = world size", ValueError, "out of range for a world of",
+         lambda r, s, g: dist.new_group([0, s])),
+    Case("new_group", "a string as ranks", TypeError, "ranks must be a list of ints",
+         lambda r, s, g: dist.new_group("01")),
+    Case("new_group", "a duplicate rank", ValueError, "duplicate ranks", lambda r, s, g: dist.new_group([0, 0])),
+    Case("new_group", "an int as timeout", TypeError, NOT_TIMEDELTA,
+         lambda r, s, g: dist.new_group([0], timeout=5)),
+    Case("new_subgroups", "group_size > world size", ValueError, "must not exceed the group size",
+         lambda r, s, g: dist.new_subgroups(group_size=s + 1)),
+    Case("monitored_barrier", "an int as timeout", TypeError, NOT_TIMEDELTA,
+         lambda r, s, g: dist.monitored_barrier(timeout=5)),
     # a global and a group root at once
-    ("broadcast_src_and_group_src", ValueError, None, lambda r, s: dist.broadcast(_a(), src=0, group_src=0)),
-    ("reduce_dst_and_group_dst", ValueError, None, lambda r, s: dist.reduce(_a(), dst=0, group_dst=0)),
-    ("gather_dst_and_group_dst", ValueError, None,
-     lambda r, s: dist.gather(_a(), [_a() for _ in range(s)] if r == 0 else None, dst=0, group_dst=0)),
-    ("scatter_src_and_group_src", ValueError, None,
-     lambda r, s: dist.scatter(_a(), [_a() for _ in range(s)] if r == 0 else None, src=0, group_src=0)),
-    ("isend_dst_and_group_dst", ValueError, None, lambda r, s: dist.isend(_a(), dst=0, group_dst=0)),
-    ("broadcast_object_list_src_and_group_src", ValueError, None,
-     lambda r, s: dist.broadcast_object_list([None], src=0, group_src=0)),
-    # all_to_all_single split sizes
-    ("all_to_all_single_input_splits_sum", ValueError, None,
-     lambda r, s: dist.all_to_all_single(_a(2 * s), _a(2 * s), input_split_sizes=[1] * s)),
-    ("all_to_all_single_output_splits_sum", ValueError, None,
-     lambda r, s: dist.all_to_all_single(_a(2 * s), _a(2 * s), output_split_sizes=[3] * s)),
-    ("all_to_all_single_splits_length", ValueError, None,
-     lambda r, s: dist.all_to_all_single(_a(2 * s), _a(2 * s), input_split_sizes=[2] * (s + 1))),
+    Case("broadcast", "src and group_src", ValueError, "Can't specify both src and group_src",
+         lambda r, s, g: dist.broadcast(_a(), src=0, group_src=0)),
+    Case("reduce", "dst and group_dst", ValueError, "Can't specify both dst and group_dst",
+         lambda r, s, g: dist.reduce(_a(), dst=0, group_dst=0)),
+    Case("gather", "dst and group_dst", ValueError, "Can't specify both dst and group_dst",
+         lambda r, s, g: dist.gather(_a(), [_a() for _ in range(s)] if r == 0 else None, dst=0, group_dst=0)),
+    Case("scatter", "src and group_src", ValueError, "Can't specify both src and group_src",
+         lambda r, s, g: dist.scatter(_a(), [_a() for _ in range(s)] if r == 0 else None, src=0, group_src=0)),
+    Case("isend", "dst and group_dst", ValueError, "Can't specify both dst and group_dst",
+         lambda r, s, g: dist.isend(_a(), dst=0, group_dst=0)),
+    Case("broadcast_object_list", "src and group_src", ValueError, "Can't specify both src and group_src",
+         lambda r, s, g: dist.broadcast_object_list([None], src=0, group_src=0)),
+    # debug levels and stores (no communication)
+    Case("set_debug_level", "an unknown level", ValueError, "is not a debug level",
+         lambda r, s, g: dist.set_debug_level("LOUD")),
+    Case("Store.set", "an int as key", TypeError, "store keys must be str", lambda r, s, g: dist.HashStore().set(5, "v")),
+    Case("Store.set", "an int as value", TypeError, "store values must be str or bytes",
+         lambda r, s, g: dist.HashStore().set("k", 5)),
+    Case("Store.add", "a float amount", TypeError, "amount must be an int", lambda r, s, g: dist.HashStore().add("k", 1.5)),
+    Case("Store.add", "a key holding text", ValueError, "is not an integer", lambda r, s, g: _add_to_text()),
+    Case("Store.wait", "a string as keys", TypeError, "keys must be a list of str",
+         lambda r, s, g: dist.HashStore().wait("k")),
+    Case("Store.get", "a key never set", dist.DistStoreError, "keys not set: ['nokey']",
+         lambda r, s, g: _short_timeout_store().get("nokey")),
+    Case("Store.set_timeout", "an int", TypeError, "timeout must be a datetime.timedelta",
+         lambda r, s, g: dist.HashStore().set_timeout(5)),
+    Case("Store.queue_pop", "an empty queue, block=False", dist.QueueEmptyError, "is empty",
+         lambda r, s, g: dist.HashStore().queue_pop("q", block=False)),
+    Case("PrefixStore", "an int as store", TypeError, "store must be a Store", lambda r, s, g: dist.PrefixStore("p", 5)),
+    Case("MPIStore.set", "a value past the capacity", dist.DistStoreError, "Nothing was changed",
+         lambda r, s, g: _past_capacity(r)),
+]
+TORCH_CASES = [
+    Case("all_gather_into_tensor", "torch float64 output, float32 input", ValueError, DTYPES_DIFFER,
+         lambda r, s, g: dist.all_gather_into_tensor(torch.zeros(4 * s, dtype=torch.float64), torch.zeros(4))),
+    Case("all_reduce", "a transposed torch tensor", ValueError, NOT_CONTIGUOUS,
+         lambda r, s, g: dist.all_reduce(torch.zeros(3, 4).t())),
+    Case("all_reduce", "MAX on a torch complex64 tensor", ValueError, "MAX",
+         lambda r, s, g: dist.all_reduce(torch.zeros(4, dtype=torch.complex64), op=dist.ReduceOp.MAX)),
 ]
 
 
+NOT_INITIALIZED = "Default process group has not been initialized, please make sure to call init_process_group."
+UNINITIALIZED_CALLS = [  # (function, call): each raises ValueError(NOT_INITIALIZED) before init and after destroy
+    ("all_reduce", lambda: dist.all_reduce(_a())),
+    ("broadcast", lambda: dist.broadcast(_a(), src=0)),
+    ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(_a(4), _a(4))),
+    ("barrier", lambda: dist.barrier()),
+    ("monitored_barrier", lambda: dist.monitored_barrier()),
+    ("send", lambda: dist.send(_a(), dst=0)),
+    ("get_rank", lambda: dist.get_rank()),
+    ("get_world_size", lambda: dist.get_world_size()),
+    ("new_group", lambda: dist.new_group([0])),
+    ("all_gather_object", lambda: dist.all_gather_object([None], 1)),
+    ("destroy_process_group", lambda: dist.destroy_process_group()),
+]
+
+
+def render_table() -> str:
+    """The docs' table (docs/bad_input.md) from the cases above."""
+    rows = ["| function | wrong input | error | the message says |", "|---|---|---|---|"]
+    for case in CASES + TORCH_CASES:
+        message = case.message.replace("|", "\\|")
+        rows.append(f"| `{case.function}` | {case.wrong} | `{case.error.__name__}` | {message} |")
+    for function, _ in UNINITIALIZED_CALLS:
+        rows.append(f"| `{function}` | called before `init_process_group` or after `destroy_process_group` "
+                    f"| `ValueError` | {NOT_INITIALIZED} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_docs_carry_this_table():
+    with open(os.path.join(ROOT, "docs", "bad_input.md")) as docs:
+        assert render_table() in docs.read(), "docs/bad_input.md is stale: python tests/test_bad_input.py > table"
+
+
+def _add_to_text():
+    store = dist.HashStore()
+    store.set("k", "abc")
+    store.add("k", 1)
+
+
+def _past_capacity(rank):
+    store = dist.MPIStore(capacity=1 << 20)  # collective: every rank makes the call
+    try:
+        store.set(f"big{rank}", b"x" * (2 << 20))
+    finally:
+        store.close()
+
+
+def _short_timeout_store():
+    store = dist.HashStore()
+    store.set_timeout(timedelta(milliseconds=10))
+    return store
+
+
+@pytest.fixture(scope="module")
+def first_only(world):
+    """A group of global rank 0 alone (made by every rank, as new_group requires)."""
+    group = dist.new_group([0])
+    yield group
+    if group is not dist.GroupMember.NON_GROUP_MEMBER:
+        dist.destroy_process_group(group)
+
+
+def _param(case, torch_needed=False):
+    return pytest.param(case, id=f"{case.function}: {case.wrong}", marks=[needs_torch] if torch_needed else [])
+
+
 @pytest.mark.mpi
-@pytest.mark.parametrize(
-    "exc, match, call",
-    [pytest.param(*c[1:], id=c[0], marks=[needs_torch] if c[0].startswith("torch_") else []) for c in CASES],
-)
-def test_invalid_call_raises_before_communicating(rank, size, exc, match, call):
-    with pytest.raises(exc, match=match):
-        call(rank, size)
+@pytest.mark.parametrize("case", [_param(c) for c in CASES] + [_param(c, True) for c in TORCH_CASES])
+def test_invalid_call_raises_before_communicating(rank, size, first_only, case):
+    if case.members_only and rank != 0:
+        return
+    with pytest.raises(case.error, match=re.escape(case.message)):
+        case.call(rank, size, first_only)
 
 
 BITWISE = [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
@@ -192,13 +369,6 @@ def test_ordering_op_on_complex_raises(rank, size, op, dtype):
         dist.all_reduce(_a(dtype=dtype), op=op)
     with pytest.raises(ValueError, match=op.name):
         dist.reduce_scatter_tensor(_a(dtype=dtype), _a(4 * size, dtype=dtype), op=op)
-
-
-@needs_torch
-@pytest.mark.mpi
-def test_torch_complex_max_raises(rank, size):
-    with pytest.raises(ValueError, match="MAX"):
-        dist.all_reduce(torch.zeros(4, dtype=torch.complex64), op=dist.ReduceOp.MAX)
 
 
 @pytest.mark.mpi
@@ -241,21 +411,31 @@ def expect(exc, pattern, fn, *args, **kwargs):
 """
 
 
-def test_calls_before_init_raise_value_error():
-    _run_fresh(_EXPECT_RAISES + r"""
-NOT_INIT = (r"Default process group has not been initialized, "
-            r"please make sure to call init_process_group\.")
-assert not dist.is_initialized()
-x = np.ones(3, np.float32)
-expect(ValueError, NOT_INIT, dist.all_reduce, x)
-expect(ValueError, NOT_INIT, dist.broadcast, x, src=0)
-expect(ValueError, NOT_INIT, dist.barrier)
-expect(ValueError, NOT_INIT, dist.get_rank)
-expect(ValueError, NOT_INIT, dist.get_world_size)
-expect(ValueError, NOT_INIT, dist.new_group, [0])
-expect(ValueError, NOT_INIT, dist.all_gather_object, [None], 1)
-np.testing.assert_array_equal(x, np.ones(3, np.float32))
-assert not dist.is_initialized()
+def test_calls_before_init_and_after_destroy_raise_value_error():
+    _run_fresh(r"""
+import sys
+sys.path.insert(0, "tests")
+import numpy as np
+import hpc_c10d as dist
+from test_bad_input import NOT_INITIALIZED, UNINITIALIZED_CALLS
+
+def check(when):
+    for function, call in UNINITIALIZED_CALLS:
+        try:
+            call()
+        except ValueError as exc:
+            assert NOT_INITIALIZED in str(exc), (when, function, str(exc))
+        else:
+            raise AssertionError(f"{function} {when} did not raise")
+    assert not dist.is_initialized()
+
+check("before init")
+dist.init_process_group()
+x = np.ones(3)
+dist.all_reduce(x)
+assert x.tolist() == [1.0, 1.0, 1.0]
+dist.destroy_process_group()
+check("after destroy")
 print("ALL OK")
 """)
 
@@ -297,3 +477,7 @@ expect(TypeError, r"timedelta", dist.init_process_group, timeout=30)
 assert not dist.is_initialized()
 print("ALL OK")
 """)
+
+
+if __name__ == "__main__":
+    print(render_table(), end="")

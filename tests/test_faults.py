@@ -36,7 +36,7 @@ def _run(scenario, nprocs, tmp_path, **env):
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, tmp_path):
-    proc, took, output = _run("straggler", nprocs, tmp_path)
+    proc, took, output = _run("straggler", nprocs, tmp_path, HPC_C10D_TRACE_BUFFER_SIZE="3")
     assert proc.returncode != 0, output
     assert "Watchdog caught collective operation timeout: barrier seq 4 of group 0" in proc.stderr, output
     straggler = nprocs - 1
@@ -53,6 +53,9 @@ def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, 
         assert dump["world_size"] == nprocs and dump["groups"][0]["name"] == "0"
         assert dump["groups"][0]["seq"] == (3 if r == straggler else 4)
         assert [f["op"] for f in dump["in_flight"]] == ([] if r == straggler else ["barrier"])
+        ring = [(e["op"], e["seq"], e["dtype"], e["shape"], e["state"]) for e in dump["entries"]]
+        warm_up = [("allreduce", seq, "float32", [4], "completed") for seq in (1, 2, 3)]
+        assert ring == (warm_up if r == straggler else warm_up[1:] + [("barrier", 4, None, None, "started")])
 
     report = subprocess.run([sys.executable, "-m", "hpc_c10d", "trace", str(traces)], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
@@ -60,6 +63,27 @@ def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, 
     assert f"dumps from {nprocs} of {nprocs} ranks" in report.stdout
     assert f"rank {straggler} not inside any operation" in report.stdout, report.stdout
     assert f"behind: rank {straggler}" in report.stdout, report.stdout
+
+
+def test_sigusr2_dumps_a_rank_and_the_job_goes_on(tmp_path):
+    proc, took, output = _run("usr2", 3, tmp_path)
+    assert proc.returncode == 0, output
+    assert all(f"rank {r}: done" in proc.stdout for r in range(3)), output
+    traces = tmp_path / "traces"
+    dumps = [json.loads((traces / name).read_text()) for name in os.listdir(traces) if name.endswith(".json")]
+    assert [(d["rank"], d["reason"]) for d in dumps] == [(0, "SIGUSR2")], output
+    assert [(f["op"], f["seq"]) for f in dumps[0]["in_flight"]] == [("barrier", 4)], dumps[0]
+
+
+@pytest.mark.parametrize("nprocs", [2, 3, 4])
+def test_mismatched_shapes_in_detail_raise_on_every_rank(nprocs, tmp_path):
+    proc, took, output = _run("mismatch", nprocs, tmp_path, HPC_C10D_DEBUG="DETAIL")
+    assert proc.returncode == 0, output
+    others = "rank 0" if nprocs == 2 else f"ranks 0-{nprocs - 2}"
+    for r in range(nprocs):
+        assert f"rank {r}: DistError: Detected mismatch between collectives" in proc.stdout, output
+        assert f"rank {r}: then all_reduce gave {[float(nprocs)] * 4}" in proc.stdout, output
+    assert proc.stdout.count(f"shape differs: {others}: (4,); rank {nprocs - 1}: (5,)") == nprocs, output
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])

@@ -3,8 +3,13 @@
   straggler   timeout 3 s; every rank but the last enters a barrier, the last sleeps
   raises      the last rank raises ValueError while the others wait in all_reduce
   monitored   the last rank never reaches monitored_barrier (timeout 2 s)
+  usr2        rank 0 sends itself SIGUSR2 while waiting in a barrier for the slow last rank
+  mismatch    (run with HPC_C10D_DEBUG=DETAIL) the last rank all_reduces a longer array
 """
+import os
+import signal
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -35,6 +40,20 @@ elif scenario == "monitored":
         except dist.DistBackendError as exc:
             print(f"rank {rank}: monitored_barrier: {exc}", flush=True)
     dist.barrier()  # the last rank joins here: everyone leaves
+elif scenario == "usr2":
+    if rank == 0:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR2)).start()
+    if last:
+        time.sleep(2.5)
+    dist.barrier()
+elif scenario == "mismatch":
+    try:
+        dist.all_reduce(np.ones(5 if last else 4, np.float32))
+    except dist.DistError as exc:
+        print(f"rank {rank}: {type(exc).__name__}: {exc}", flush=True)
+    x = np.ones(4, np.float32)
+    dist.all_reduce(x)  # still in step, nothing mixed in
+    print(f"rank {rank}: then all_reduce gave {x.tolist()}", flush=True)
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
 print(f"rank {rank}: done", flush=True)

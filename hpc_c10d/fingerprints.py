@@ -1,0 +1,154 @@
+"""Collective fingerprints (debug level DETAIL): ranks compare what they are about to run.
+
+Before each collective the group's members exchange a 64-bit checksum of the operation's
+fingerprint: op, sequence number, device, dtype, shape and, where the op has them, root and
+reduce op. Equal checksums cost one small allgather; when they differ, the members exchange
+the fingerprints themselves and every member raises ``DistError`` naming the fields that differ
+and the ranks on each side, before the collective runs, so no data is mixed and nobody hangs.
+
+The exchange runs on a duplicate of the group's communicator, made when the group is created.
+Point-to-point operations are not fingerprinted (a send has no peers to agree with), and the
+all-to-all ops compare dtype only, since their blocks may differ in size from rank to rank.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import debug
+from .errors import DistError
+from .process_group import ProcessGroup
+from .trace_report import rank_ranges
+from .transport import TransportWrapper
+
+__all__ = ["enable_checks"]
+
+
+class _Layout(NamedTuple):
+    """Where a transport method keeps what its fingerprint compares (argument positions)."""
+
+    op: str  # the public operation's name
+    array: int | None  # the array whose shape every rank must agree on
+    root: int | None = None
+    reduce_op: int | None = None
+    shape_agrees: bool = True  # False: blocks may differ by rank, compare the dtype only
+
+
+_LAYOUTS = {
+    "allreduce": _Layout("all_reduce", 0, reduce_op=1),
+    "broadcast": _Layout("broadcast", 0, root=1),
+    "reduce": _Layout("reduce", 0, root=1, reduce_op=2),
+    "allgather": _Layout("all_gather_into_tensor", 1),
+    "allgather_list": _Layout("all_gather", 1),
+    "gather_list": _Layout("gather", 1, root=2),
+    "scatter_list": _Layout("scatter", 0, root=2),
+    "reduce_scatter": _Layout("reduce_scatter_tensor", 0, reduce_op=2),
+    "reduce_scatter_list": _Layout("reduce_scatter", 0, reduce_op=2),
+    "alltoall": _Layout("all_to_all_single", 1, shape_agrees=False),
+    "alltoall_list": _Layout("all_to_all", 1, shape_agrees=False),
+    "barrier": _Layout("barrier", None),
+}
+
+
+def _static_part(layout: _Layout, device: str, args: tuple) -> tuple:
+    """The fingerprint less its sequence number: the same across many calls, so its checksum is cached."""
+    array = None if layout.array is None else args[layout.array]
+    if isinstance(array, (list, tuple)):
+        array = array[0]
+    return (layout.op, device,
+            None if array is None else array.dtype,
+            array.shape if array is not None and layout.shape_agrees else None,
+            None if layout.root is None else args[layout.root],
+            None if layout.reduce_op is None else args[layout.reduce_op])
+
+
+def _readable(static: tuple, seq: int) -> dict[str, Any]:
+    """A fingerprint as named fields, those the op does not have left out."""
+    op, device, dtype, shape, root, reduce_op = static
+    fields = {"op": op, "seq": seq, "device": device, "dtype": dtype, "shape": shape, "root": root,
+              "reduce_op": reduce_op}
+    return {name: value if name in ("op", "seq") else str(value)
+            for name, value in fields.items() if value is not None}
+
+
+def _mismatch_message(pg: ProcessGroup, prints: list[dict[str, Any]]) -> str:
+    """Which fields differ, and which ranks (global) hold each value."""
+    mine = ", ".join(f"{key}={value}" for key, value in prints[pg._rank].items())
+    lines = [f"Detected mismatch between collectives on the ranks of group {pg._name!r} "
+             f"(this rank runs {mine}):"]
+    for field in dict.fromkeys(key for p in prints for key in p):
+        holders: dict[str, list[int]] = {}
+        for group_rank, p in enumerate(prints):
+            holders.setdefault(str(p.get(field, "(none)")), []).append(pg._global_ranks[group_rank])
+        if len(holders) > 1:
+            sides = "; ".join(f"{rank_ranges(ranks)}: {value}" for value, ranks in holders.items())
+            lines.append(f"  {field} differs: {sides}")
+    return "\n".join(lines)
+
+
+class _Checker:
+    """One group's fingerprint exchange, shared by the group's transports."""
+
+    _MAX_CODES = 4096  # distinct fingerprints remembered (the cache is dropped when full)
+
+    def __init__(self, pg: ProcessGroup) -> None:
+        self.pg = pg
+        self.comm = pg.comm.Dup()
+        self._codes: dict[tuple, int] = {}
+        self._mine = np.zeros(2, np.int64)  # [checksum of the static part, sequence number]
+        self._all = np.zeros(2 * pg.size(), np.int64)
+
+    def check(self, layout: _Layout, device: str, args: tuple) -> None:
+        """Raise DistError on every member unless all members hold the same fingerprint."""
+        static = _static_part(layout, device, args)
+        code = self._codes.get(static)
+        if code is None:
+            if len(self._codes) >= self._MAX_CODES:
+                self._codes.clear()
+            code = self._codes[static] = zlib.crc32(repr(static).encode())
+        mine = self._mine
+        mine[0], mine[1] = code, self.pg._seq
+        self.comm.Allgather(mine, self._all)
+        if self._all.tobytes() != mine.tobytes() * self.pg._size:
+            prints = self.comm.allgather(_readable(static, self.pg._seq))  # only on a mismatch
+            raise DistError(_mismatch_message(self.pg, prints))
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.comm.Free()
+            self.comm = None
+
+
+class _Checked(TransportWrapper):
+    """A transport whose collectives first check the members' fingerprints."""
+
+    def __init__(self, inner: Any, checker: _Checker) -> None:
+        super().__init__(inner)
+        self._checker = checker
+
+    def around(self, name: str, method: Any) -> Any:
+        layout = _LAYOUTS.get(name)
+        if layout is None:
+            return method
+        check, device = self._checker.check, self.device
+
+        def checked(*args: Any) -> Any:
+            check(layout, device, args)
+            return method(*args)
+
+        return checked
+
+    def close(self) -> None:
+        super().close()
+        self._checker.close()
+
+
+def enable_checks(pg: ProcessGroup) -> None:
+    """At debug level DETAIL, fingerprint-check every collective of ``pg`` (collective call)."""
+    if debug.get_debug_level() < debug.DebugLevel.DETAIL:
+        return
+    checker = _Checker(pg)
+    pg._wrap_transports(lambda transport: _Checked(transport, checker))
