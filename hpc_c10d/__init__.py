@@ -15,6 +15,7 @@ from .distributed_c10d import (  # private names torch users import
 from .distributed_c10d import __all__ as _c10d_all
 from .errors import DistBackendError, DistError, DistNetworkError, DistStoreError, QueueEmptyError
 from .lifecycle import is_available
+from .preemption import Preemption
 from .store import FileStore, HashStore, MPIStore
 from .work import Future
 
@@ -23,5 +24,5 @@ __version__ = "0.1.0"
 __all__ = [
     *_c10d_all, "distributed_c10d", "is_available", "set_debug_level", "set_debug_level_from_env",
     "DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError",
-    "Future", "HashStore", "FileStore", "MPIStore", "__version__",
+    "Future", "HashStore", "FileStore", "MPIStore", "Preemption", "__version__",
 ]

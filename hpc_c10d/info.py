@@ -1,4 +1,4 @@
-"""``python -m hpc_c10d info``: versions, the MPI library, and where every rank runs."""
+"""``python -m hpc_c10d info``: versions, the MPI library, the job, and where every rank runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import platform
 import socket
 from typing import Any
+
+from . import jobenv
 
 __all__ = ["versions", "rank_layout", "main"]
 
@@ -30,12 +32,16 @@ def versions() -> dict[str, str]:
 def _describe_me() -> dict[str, Any]:
     from . import distributed_c10d as dist
 
+    job = jobenv.detect()
     return {
         "rank": dist.get_rank(),
         "host": socket.gethostname(),
         "local_rank": dist.get_node_local_rank(),
         "pid": os.getpid(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "gpus": ",".join(job.visible_gpus) if job.visible_gpus is not None else "-",
+        "job": job.describe(),
+        "disagreements": job.disagreements(dist.get_rank(), dist.get_world_size()),
     }
 
 
@@ -62,9 +68,16 @@ def main() -> int:
         print(f"{'MPI library':14s} {bootstrap.library_version()}")
         print(f"{'thread level':14s} {_world.thread_level}")
         print(f"{'world size':14s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
-        print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4}")
+        for job in dict.fromkeys(r["job"] for r in layout):
+            print(f"{'job':14s} {job}")
+        print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4} gpus")
         for record in layout:
             print(f"{record['rank']:>5} {record['host'][:20]:20s} {record['local_rank']:>5} "
-                  f"{record['pid']:>8} {record['cpus']:>4}")
+                  f"{record['pid']:>8} {record['cpus']:>4} {record['gpus']}")
+        notes = [(r["rank"], note) for r in layout for note in r["disagreements"]]
+        if notes:
+            print("\nthe launcher's variables disagree with MPI (hpc_c10d uses MPI's answer):")
+            for rank, note in notes:
+                print(f"  rank {rank}: {note}")
     dist.destroy_process_group()
     return 0

