@@ -1,13 +1,15 @@
 """Data-parallel training that stops cleanly when SLURM preempts it, and resumes where it stopped.
 
-    srun -n 4 --mpi=pmi2 python examples/preemptible_training.py --checkpoint run/ckpt.npz
+    srun -n 4 --mpi=pmi2 python examples/preemptible_training.py --checkpoint run/ckpt.h5
     mpiexec -n 4 python examples/preemptible_training.py       # works outside SLURM too
 
 Every step all-reduces the gradients, then asks ``Preemption.should_stop()``: one small
 all-reduce through which every rank learns, at the same step, whether any rank was sent
-SIGTERM or SIGUSR1 (``sbatch --signal=USR1@90``, ``scancel --signal=USR1``). Then rank 0
-saves the checkpoint and all ranks exit with status 0; started again, the job resumes from it.
-slurm/preemptible.sbatch runs this script and requeues itself.
+SIGTERM or SIGUSR1 (``sbatch --signal=USR1@90``, ``scancel --signal=USR1``). Then the ranks
+save one HDF5 checkpoint together (the weights, replicated; the optimizer's momentum, sharded
+over the ranks) and exit with status 0. Started again, at any number of ranks, the job resumes
+from it: the momentum is resharded on load. slurm/preemptible.sbatch runs this script and
+requeues itself.
 """
 import argparse
 import os
@@ -16,20 +18,17 @@ import time
 import numpy as np
 
 import hpc_c10d as dist
+from hpc_c10d import checkpoint
 from hpc_c10d.preemption import Preemption
 
-
-def save(path, step, weights):
-    partial = f"{path}.partial.npz"  # write, then rename: a kill mid-save keeps the old file
-    np.savez(partial, step=step, weights=weights)
-    os.replace(partial, path)
+SIZE = 16  # parameters
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--step-seconds", type=float, default=0.05, help="simulated compute per step")
-    parser.add_argument("--checkpoint", default="checkpoint.npz")
+    parser.add_argument("--checkpoint", default="checkpoint.h5")
     parser.add_argument("--requeue", action="store_true",
                         help="after a stop, ask for a requeue (the batch script does it once srun returns)")
     args = parser.parse_args()
@@ -37,34 +36,38 @@ def main():
     dist.init_process_group()
     rank, size = dist.get_rank(), dist.get_world_size()
     rng = np.random.default_rng(rank)
-    target = np.linspace(-1.0, 1.0, 16)
-    weights, start = np.zeros(16), 0
-    if os.path.exists(args.checkpoint):  # every rank reads the same file
-        with np.load(args.checkpoint) as saved:
-            weights, start = saved["weights"], int(saved["step"])
+    target = np.linspace(-1.0, 1.0, SIZE)
+    mine = np.array_split(np.arange(SIZE), size)[rank]  # the parameters whose momentum this rank keeps
+    state = {"weights": np.zeros(SIZE), "momentum": checkpoint.Shard(np.zeros(len(mine))), "step": 0}
+    if os.path.exists(args.checkpoint):  # written by any number of ranks: load reshards
+        checkpoint.load(state, args.checkpoint)
         if rank == 0:
-            print(f"resuming from {args.checkpoint} at step {start}", flush=True)
+            print(f"resuming from {args.checkpoint} at step {state['step']}", flush=True)
+    weights, momentum = state["weights"], state["momentum"].array
 
     with Preemption() as stop:
-        for step in range(start, args.steps):
-            grad = weights - target + 0.01 * rng.standard_normal(16)  # this rank's batch
+        for step in range(state["step"], args.steps):
+            grad = weights - target + 0.01 * rng.standard_normal(SIZE)  # this rank's batch
             dist.all_reduce(grad, op=dist.ReduceOp.AVG)
-            weights -= 0.1 * grad
+            momentum[:] = 0.5 * momentum + grad[mine]  # each rank updates its shard ...
+            update = np.zeros(SIZE)
+            update[mine] = momentum
+            dist.all_reduce(update)  # ... and the ranks share the step
+            weights -= 0.1 * update
             time.sleep(args.step_seconds)
             if rank == 0 and step % 20 == 0:
                 print(f"step {step}: loss {float(np.mean((weights - target) ** 2)):.3e}", flush=True)
             if stop.should_stop():
-                if rank == 0:
-                    save(args.checkpoint, step + 1, weights)
-                dist.barrier()  # the checkpoint exists before anyone leaves
+                state["step"] = step + 1
+                checkpoint.save(state, args.checkpoint)  # every rank writes its part; then renamed
                 print(f"rank {rank}: stopped after step {step + 1} ({stop.stopped_by}); "
                       f"checkpoint {args.checkpoint}", flush=True)
                 if args.requeue and stop.requeue():
                     print("requeue requested", flush=True)
                 break
         else:
-            if rank == 0:
-                save(args.checkpoint, args.steps, weights)
+            state["step"] = args.steps
+            checkpoint.save(state, args.checkpoint)
             print(f"rank {rank}: finished {args.steps} steps", flush=True)
     dist.destroy_process_group()
 

@@ -52,6 +52,7 @@ EXCEPTION_ENV = "HPC_C10D_ABORT_ON_EXCEPTION"
 GRACE_ENV = "HPC_C10D_ABORT_GRACE"
 _LONGEST_PERIOD = 1.0
 _SHORTEST_PERIOD = 0.05
+_FORWARD_S = 1.0  # seconds between the last report line and MPI_Abort (lines were lost without it)
 
 
 def policy_from_env() -> str:
@@ -78,6 +79,7 @@ def grace_from_env() -> float:
 def _abort_job(MPI: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    time.sleep(_FORWARD_S)  # the launcher relays our last lines from a pipe; an abort at once can lose them
     MPI.COMM_WORLD.Abort(1)
 
 

@@ -1,0 +1,42 @@
+"""Arrays to and from host memory: device arrays (cupy, torch CUDA) are staged through the host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import arrays
+
+__all__ = ["to_host", "writable_view", "fill"]
+
+
+def to_host(value: Any) -> np.ndarray:
+    """A C-contiguous numpy array with ``value``'s contents (a view when it already is one)."""
+    if arrays.device_type(value) == "cuda":
+        if hasattr(value, "get"):  # cupy
+            return np.ascontiguousarray(value.get())
+        value = value.detach().cpu()  # torch
+    return np.ascontiguousarray(arrays.as_array(value))
+
+
+def writable_view(target: Any) -> np.ndarray | None:
+    """A numpy view of a CPU ``target`` that can be written in place; None for a device array."""
+    if arrays.device_type(target) == "cuda":
+        return None
+    view = arrays.as_array(target)
+    if not view.flags.writeable:
+        raise ValueError("cannot load into a read-only array")
+    return view
+
+
+def fill(target: Any, host: np.ndarray) -> None:
+    """Copy ``host`` into a device ``target`` in place."""
+    if hasattr(target, "set"):  # cupy
+        target.set(host)
+        return
+    import torch
+
+    source = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16) if host.dtype == arrays.bfloat16 \
+        else torch.from_numpy(host)
+    target.copy_(source)
