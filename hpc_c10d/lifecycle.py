@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from . import fingerprints, flight_recorder, logs, watchdog
+from . import fingerprints, flight_recorder, jobenv, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
@@ -64,6 +64,21 @@ def _check_against_mpi(rank: int, world_size: int, comm: Any) -> None:
                          "(MPI assigns ranks) or pass the rank MPI reports")
 
 
+_LAUNCH_HINTS = {
+    "srun": "add --mpi=pmi2 (MPICH, the mpich wheel) or --mpi=pmix (Open MPI) so srun joins its tasks into one MPI world",
+    "torchrun": "hpc_c10d takes ranks from MPI: launch with `mpiexec -n N` or `srun -n N`, not torchrun",
+}
+
+
+def _check_launcher(mpi_size: int) -> None:
+    """ValueError when a launcher started several processes but MPI made each a world of its own."""
+    job = jobenv.detect()
+    if mpi_size == 1 and (job.env_size or 1) > 1:
+        hint = _LAUNCH_HINTS.get(job.launcher, "launch with the mpiexec of the MPI library mpi4py was built with")
+        raise ValueError(f"{job.launcher} started {job.env_size} processes, but MPI sees each one as a world "
+                         f"of 1 (they would not talk to each other): {hint}")
+
+
 def init_process_group(
     backend: str | None = None,
     init_method: str | None = None,
@@ -107,6 +122,8 @@ def init_process_group(
     if not isinstance(base, MPI.Intracomm) or base == MPI.COMM_NULL:
         raise TypeError(f"comm must be an mpi4py intracommunicator, got {base!r}")
     _check_against_mpi(rank, world_size, base)
+    if comm is None:
+        _check_launcher(base.Get_size())
     world = base.Dup()
     node = bootstrap.node_local_comm(world)
     _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()

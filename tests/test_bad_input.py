@@ -481,3 +481,14 @@ print("ALL OK")
 
 if __name__ == "__main__":
     print(render_table(), end="")
+
+
+def test_init_where_mpi_sees_each_launched_process_alone():
+    """torchrun (or srun without --mpi) starts N processes that MPI sees as N worlds of 1."""
+    _run_fresh(_EXPECT_RAISES + r"""
+import os
+os.environ.update(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
+expect(ValueError, r"torchrun started 2 processes, but MPI sees each one as a world of 1", dist.init_process_group)
+assert not dist.is_initialized()
+print("ALL OK")
+""")

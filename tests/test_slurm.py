@@ -90,6 +90,14 @@ def test_job_environment_under_mpiexec_inside_salloc(tmp_path):
             assert len(notes) == 1 and f"SLURM_PROCID=0 but MPI rank {r['mpi_rank']}" in notes[0], r
 
 
+def test_srun_without_an_mpi_plugin_is_told_how_to_fix_the_launch(tmp_path):
+    proc = _run(["srun", "-n", "2", "--overcommit", "--mpi=none", sys.executable, "-c",
+                 "import hpc_c10d as d; d.init_process_group()"], env=_env(), cwd=ROOT)
+    assert proc.returncode != 0
+    assert proc.stderr.count("srun started 2 processes, but MPI sees each one as a world of 1") == 2, proc.stderr
+    assert "add --mpi=pmi2" in proc.stderr
+
+
 def test_job_environment_outside_slurm(tmp_path):
     records = _probe([mpiexec(), "-n", "2"], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1]
