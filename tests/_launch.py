@@ -22,14 +22,21 @@ def outer_world_size():
     return 1
 
 
+def fresh_env(drop=(), **extra):
+    """This environment without an enclosing launcher's variables (nor those starting with ``drop``),
+    with the checkout first on PYTHONPATH and ``extra`` added: for a process that starts its own job."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES + tuple(drop))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return env
+
+
 def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
     """Run ``mpiexec -n nprocs python argv...`` under ``timeout``; return (CompletedProcess, cmd).
 
     The launcher's variables of an enclosing job are dropped, the checkout goes on PYTHONPATH and
     ``env`` is added. On expiry the process is reported as exit code 124 with what it printed."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
-    clean["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, clean.get("PYTHONPATH")) if p)
-    clean.update(env or {})
+    clean = fresh_env(**(env or {}))
     cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *argv]
     if shutil.which("timeout"):
         cmd = ["timeout", str(timeout_s)] + cmd

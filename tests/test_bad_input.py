@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from _launch import ROOT, fresh_env
 from _reference import assert_in_sync
 
 try:
@@ -26,7 +27,6 @@ except ImportError:  # torch is optional: its cases skip
 
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F32 = np.float32
 
 
@@ -381,16 +381,11 @@ def test_init_twice_raises(rank, size):
 
 # ---------------------------------------------------------------- fresh processes
 
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
-
-
 def _run_fresh(code):
     """Run `code` in a new Python started without mpiexec (a singleton MPI world)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env=fresh_env(), cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "ALL OK" in proc.stdout, proc.stdout

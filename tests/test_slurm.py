@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from _launch import ROOT, mpiexec, outer_world_size, slurm_cluster_problem
+from _launch import ROOT, fresh_env, mpiexec, outer_world_size, slurm_cluster_problem
 
 h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install 'hpc-c10d[hdf5]')")
 PROBE = os.path.join(ROOT, "tests", "slurm", "probe.py")
@@ -42,12 +42,9 @@ def _cluster_is_up():
 def _env(**extra):
     """This Python's bin first on PATH (so `python` in job scripts is this one), the checkout importable,
     and none of an enclosing launcher's or job's variables."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "OMPI_", "MPI_LOCAL", "SLURM_")) or k == "SLURM_CONF"}
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
-    env.update(extra)
-    return env
+    conf = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return fresh_env(drop=("SLURM_",), PATH=path, **conf, **extra)
 
 
 def _run(cmd, timeout_s=120, **kwargs):

@@ -27,8 +27,8 @@ from datetime import timedelta
 import pytest
 
 import hpc_c10d as dist
+from _launch import ROOT, fresh_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SHORT = timedelta(milliseconds=200)  # for the tests that wait for a timeout on purpose
 SAFE = timedelta(seconds=10)  # default in these tests: a hang fails fast instead of after 300 s
@@ -913,8 +913,7 @@ def test_hash_store_concurrent_adds():
 # --------------------------------------------------------------------------------------------
 def _python(code, *args):
     """Start a plain Python process (no MPI) running ``code``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "MPIR_"))}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT, env=fresh_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
