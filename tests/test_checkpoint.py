@@ -147,6 +147,16 @@ def test_wrong_loads_raise_on_every_rank(shared_path, rank, size, case):
 
 
 @pytest.mark.mpi
+def test_a_read_only_target_on_one_rank_raises_on_every_rank(shared_path, rank, size):
+    save({"w": np.ones((4, 3))}, shared_path)
+    target = np.zeros((4, 3))
+    target.flags.writeable = rank != size - 1
+    with pytest.raises(ValueError, match="w: the array is read-only"):
+        load({"w": target}, shared_path)
+    assert np.all(target == 0)
+
+
+@pytest.mark.mpi
 def test_slabs_that_do_not_add_up_raise_on_every_rank(shared_path, rank, size):
     save({"w": Shard(np.ones((2, 3)))}, shared_path)
     with pytest.raises(ValueError, match=rf"slabs along axis 0 add up to \[{3 * size}, 3\]"):

@@ -121,7 +121,7 @@ def _write_mine(plan: list, values: list, datasets: list, rank: int, collective:
     for (leaf, extents), value, dset in zip(plan, values, datasets):
         if leaf.kind == "scalar" or (leaf.kind == "replicated" and rank != 0):
             continue
-        data = host.to_host(value.array if isinstance(value, Shard) else value)
+        data = host.to_host(value)
         data = data.view(dset.dtype)  # bfloat16 as its bit pattern
         where = _slab(leaf, extents, rank) if leaf.kind == "sharded" else ()
         if collective and leaf.kind == "sharded":
@@ -173,7 +173,7 @@ def load(state_dict: dict, path: str | os.PathLike, group: Any = None) -> dict:
         except OSError as exc:
             f, problems = None, [f"cannot open {path}: {exc}"]
         else:
-            problems = [p for (leaf, extents) in plan for p in _mismatch(f, leaf, extents)]
+            problems = [p for (leaf, extents), value in zip(plan, values) for p in _mismatch(f, leaf, extents, value)]
         everyone = comm.allgather(problems)  # a file visible to some ranks only is a problem too
         if any(everyone):
             if f is not None:
@@ -185,12 +185,12 @@ def load(state_dict: dict, path: str | os.PathLike, group: Any = None) -> dict:
                 if leaf.kind == "scalar":
                     _set(state_dict, leaf.path, _scalar(f[leaf.path]))
                 else:
-                    _read(f[leaf.path], leaf, extents, rank, value.array if isinstance(value, Shard) else value)
+                    _read(f[leaf.path], leaf, extents, rank, value)
     return state_dict
 
 
-def _mismatch(f: Any, leaf: Leaf, extents: list[int]) -> list[str]:
-    """What stops ``leaf`` being loaded from ``f`` (the same answer on every rank)."""
+def _mismatch(f: Any, leaf: Leaf, extents: list[int], target: Any) -> list[str]:
+    """What stops ``leaf`` being loaded from ``f`` into ``target`` (shared, so every rank raises)."""
     stored = f.get(leaf.path)
     if stored is None:
         return [f"{leaf.path}: not in the checkpoint"]
@@ -199,7 +199,8 @@ def _mismatch(f: Any, leaf: Leaf, extents: list[int]) -> list[str]:
         return [] if found == leaf.dtype else [f"{leaf.path}: the checkpoint holds a {found}, not a {leaf.dtype}"]
     dtype = stored.attrs.get("dtype", stored.dtype.name)
     want = _global_shape(leaf, extents)
-    problems = []
+    view = host.cpu_view(target)
+    problems = [] if view is None or view.flags.writeable else [f"{leaf.path}: the array is read-only"]
     if dtype != leaf.dtype:
         problems.append(f"{leaf.path}: the checkpoint holds {dtype}, the array is {leaf.dtype}")
     if tuple(stored.shape) != want:
@@ -210,7 +211,7 @@ def _mismatch(f: Any, leaf: Leaf, extents: list[int]) -> list[str]:
 
 def _read(dset: Any, leaf: Leaf, extents: list[int], rank: int, target: Any) -> None:
     where = _slab(leaf, extents, rank) if leaf.kind == "sharded" else ()
-    view = host.writable_view(target)
+    view = host.cpu_view(target)
     if view is not None and view.flags.c_contiguous:
         if view.size:
             dset.read_direct(view.view(dset.dtype), source_sel=where or None)  # straight into the array

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import arrays
 
-__all__ = ["to_host", "writable_view", "fill"]
+__all__ = ["to_host", "cpu_view", "fill"]
 
 
 def to_host(value: Any) -> np.ndarray:
@@ -20,14 +20,9 @@ def to_host(value: Any) -> np.ndarray:
     return np.ascontiguousarray(arrays.as_array(value))
 
 
-def writable_view(target: Any) -> np.ndarray | None:
-    """A numpy view of a CPU ``target`` that can be written in place; None for a device array."""
-    if arrays.device_type(target) == "cuda":
-        return None
-    view = arrays.as_array(target)
-    if not view.flags.writeable:
-        raise ValueError("cannot load into a read-only array")
-    return view
+def cpu_view(target: Any) -> np.ndarray | None:
+    """A numpy view of a CPU ``target`` (sharing its memory); None for a device array."""
+    return None if arrays.device_type(target) == "cuda" else arrays.as_array(target)
 
 
 def fill(target: Any, host: np.ndarray) -> None:
