@@ -30,6 +30,7 @@ import numpy as np
 
 from . import jobenv
 from ._state import resolve_group
+from .mpi import bootstrap
 from .logs import logger
 
 __all__ = ["Preemption", "requeue_file", "SIGNALS_ENV", "REQUEUE_FILE_ENV"]
@@ -77,6 +78,7 @@ class Preemption:
         if pg is None:
             raise ValueError("Preemption: this rank is not a member of the group; make it on members only")
         self._comm = pg.comm.Dup()
+        self._max = bootstrap.initialize().MAX  # MPI is up: the group exists
         self._rank = pg.rank()
         self._flag = np.zeros(1, np.int32)  # 0: carry on; else the signal's number, or _TIME_LIMIT
         self._agreed = np.zeros(1, np.int32)
@@ -105,9 +107,7 @@ class Preemption:
         if self._comm is None:
             raise ValueError("this Preemption has been closed")
         self._check_deadline()
-        from mpi4py import MPI
-
-        self._comm.Allreduce(self._flag, self._agreed, op=MPI.MAX)
+        self._comm.Allreduce(self._flag, self._agreed, op=self._max)
         agreed = int(self._agreed[0])
         if agreed and self.stopped_by is None:
             self.stopped_by = "time limit" if agreed == _TIME_LIMIT else signal.Signals(agreed).name
