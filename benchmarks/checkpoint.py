@@ -41,25 +41,27 @@ def main():
     plain, ours = os.path.join(args.dir, f"bench-plain-{size}.h5"), os.path.join(args.dir, f"bench-ours-{size}.h5")
 
     times = {"h5py write": [], "ours write": [], "h5py read": [], "ours read": []}
+
+    def timed(name, work):
+        start = time.perf_counter()
+        work()
+        times[name].append(time.perf_counter() - start)
+
+    def write_plain():
+        with h5py.File(plain, "w") as f:
+            f.create_dataset("x", data=whole)
+
+    def read_plain():
+        with h5py.File(plain, "r") as f:
+            f["x"].read_direct(whole)
+
     for _ in range(args.rounds):
-        if rank == 0:
-            t = time.perf_counter()
-            with h5py.File(plain, "w") as f:
-                f.create_dataset("x", data=whole)
-            times["h5py write"].append(time.perf_counter() - t)
-        dist.barrier()
-        t = time.perf_counter()
-        save({"x": Shard(mine)}, ours)
-        times["ours write"].append(time.perf_counter() - t)
-        if rank == 0:
-            t = time.perf_counter()
-            with h5py.File(plain, "r") as f:
-                f["x"].read_direct(whole)
-            times["h5py read"].append(time.perf_counter() - t)
-        dist.barrier()
-        t = time.perf_counter()
-        load({"x": Shard(mine)}, ours)
-        times["ours read"].append(time.perf_counter() - t)
+        for what, plain_io, ours_io in (("write", write_plain, lambda: save({"x": Shard(mine)}, ours)),
+                                        ("read", read_plain, lambda: load({"x": Shard(mine)}, ours))):
+            if rank == 0:  # one process alone, as a user of plain h5py would
+                timed(f"h5py {what}", plain_io)
+            dist.barrier()
+            timed(f"ours {what}", ours_io)
 
     if rank == 0:
         gib = rows * 1024 * 8 / 2**30
