@@ -191,12 +191,15 @@ def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
     watchdog = _watchdog
     rank = _world.default_pg._rank if _world.default_pg is not None else "-"
     text = "".join(traceback.format_exception(kind, value, tb))
-    sys.stderr.write("".join(f"[rank {rank}]: {line}\n" for line in text.splitlines()))
-    sys.stderr.flush()
+    # the process's own stderr: torch's hook around ours swaps sys.stderr for a buffer it would
+    # print only after we return, and we do not return from an abort
+    stream = sys.__stderr__ or sys.stderr
+    stream.write("".join(f"[rank {rank}]: {line}\n" for line in text.splitlines()))
+    stream.flush()
     if watchdog is None:
         return
     watchdog.raise_alarm(f"unhandled {kind.__name__} on rank {rank}: {value}")
-    sys.stderr.write(f"[rank {rank}]: aborting the job (set {EXCEPTION_ENV}=0 to let other ranks go on)\n")
+    stream.write(f"[rank {rank}]: aborting the job (set {EXCEPTION_ENV}=0 to let other ranks go on)\n")
     _abort_job(watchdog._MPI)
 
 
