@@ -591,3 +591,61 @@ def test_broadcast_source_may_be_read_only(world, rank, size):
             x = _readonly(x)
         dist.broadcast(x, src=src)
         assert_same(x, rank_data((5,), np.float64, src))
+
+
+# ------------------------------------------------------------------------------ lists that are views of one buffer
+
+SPAN = 40_000  # float64 elements per block: above the size where the transport writes blocks in place
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_list_collectives_on_back_to_back_views(world, rank, size, async_op):
+    """``list(buffer.reshape(size, -1))`` blocks are received into and sent from in place; the results
+    are those of separate arrays, blocking or not, and no other memory is touched."""
+    def blocks():
+        whole = np.full((size + 2) * SPAN, -7.0)  # a guard block before and after the views
+        return whole, list(whole[SPAN:-SPAN].reshape(size, SPAN))
+
+    def done(work):
+        return work.wait() if async_op else None
+
+    mine = rank_data((SPAN,), np.float64, rank)
+    every = [rank_data((SPAN,), np.float64, r) for r in range(size)]
+    whole, outs = blocks()
+    done(dist.all_gather(outs, mine, async_op=async_op))
+    for r in range(size):
+        assert_same(outs[r], every[r])
+    whole_g, gathered = blocks()
+    done(dist.gather(mine, gathered if rank == 0 else None, dst=0, async_op=async_op))
+    source_whole, source = blocks()
+    for r in range(size):
+        source[r][...] = every[r] + 1
+    out = np.zeros(SPAN)
+    done(dist.scatter(out, source if rank == 0 else None, src=0, async_op=async_op))
+    assert_same(out, every[rank] + 1)
+    a2a_whole, a2a_out = blocks()
+    done(dist.all_to_all(a2a_out, [every[rank] + 10 * p for p in range(size)], async_op=async_op))
+    for p in range(size):
+        assert_same(a2a_out[p], every[p] + 10 * rank)
+    rs_whole, rs_in = blocks()
+    for p in range(size):
+        rs_in[p][...] = every[rank] * (p + 1)
+    rs_out = np.zeros(SPAN)
+    done(dist.reduce_scatter(rs_out, rs_in, async_op=async_op))
+    assert_same(rs_out, sum(every) * (rank + 1))
+    if rank == 0:
+        for r in range(size):
+            assert_same(gathered[r], every[r])
+    guards = [w[:SPAN] for w in (whole, whole_g, source_whole, a2a_whole, rs_whole)]
+    guards += [w[-SPAN:] for w in (whole, whole_g, source_whole, a2a_whole, rs_whole)]
+    assert all((g == -7.0).all() for g in guards)
+
+
+def test_all_gather_list_whose_input_is_one_of_its_blocks(world, rank, size):
+    """In place (the input is this rank's own block): MPI forbids aliasing, so it is staged."""
+    whole = np.zeros(size * SPAN)
+    outs = list(whole.reshape(size, SPAN))
+    outs[rank][...] = rank_data((SPAN,), np.float64, rank)
+    dist.all_gather(outs, outs[rank])
+    for r in range(size):
+        assert_same(outs[r], rank_data((SPAN,), np.float64, r))

@@ -60,10 +60,41 @@ def _copy_blocks(staging: np.ndarray, outs: Sequence[np.ndarray]) -> Callable[[]
     return copy_out
 
 
-def _concatenate(inps: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+def _concatenate(inps: Sequence[np.ndarray], dtype: np.dtype, avoid: Sequence[np.ndarray] = ()) -> np.ndarray:
+    """The inputs as one flat send buffer: a view when they lie back to back, else a copy."""
     if not inps:
         return np.empty(0, dtype)
-    return np.concatenate([a.reshape(-1) for a in inps])
+    span = _span(inps, avoid)
+    return np.concatenate([a.reshape(-1) for a in inps]) if span is None else span
+
+
+_SPAN_MIN_BYTES = 1 << 16  # below this, checking addresses costs more than staging a copy
+
+
+def _span(blocks: Sequence[np.ndarray], avoid: Sequence[np.ndarray] = ()) -> np.ndarray | None:
+    """One flat array over ``blocks`` when they lie back to back in memory, in order (as the
+    blocks of ``list(buffer.chunk(n))`` do) and overlap nothing in ``avoid``; else None."""
+    if sum(b.nbytes for b in blocks) < _SPAN_MIN_BYTES or not all(b.flags.c_contiguous for b in blocks):
+        return None
+    dtype, start = blocks[0].dtype, blocks[0].__array_interface__["data"][0]
+    end = start
+    for block in blocks:
+        if block.dtype != dtype or block.__array_interface__["data"][0] != end:
+            return None
+        end += block.nbytes
+    span = np.lib.stride_tricks.as_strided(blocks[0].reshape(-1), shape=((end - start) // dtype.itemsize,),
+                                           strides=(dtype.itemsize,))
+    return None if any(np.may_share_memory(span, other) for other in avoid) else span
+
+
+def _landing(outs: Sequence[np.ndarray], dtype: np.dtype, avoid: Sequence[np.ndarray]) -> tuple:
+    """(receive buffer, what copies it into ``outs`` afterwards or None): the outputs themselves
+    when they lie back to back, else a staging buffer."""
+    span = _span(outs, avoid)
+    if span is not None:
+        return span, None
+    staging = np.empty(sum(o.size for o in outs), dtype)
+    return staging, _copy_blocks(staging, outs)
 
 
 class MPIBackend(Transport):
@@ -137,19 +168,18 @@ class MPIBackend(Transport):
     def allgather_list(self, outs, inp, async_op, user):
         datatype = mpi_datatype(inp.dtype)
         counts = [o.size for o in outs]
-        staging = np.empty(sum(counts), inp.dtype)
+        staging, finish = _landing(outs, inp.dtype, [inp])
         args = ((inp, datatype), (staging, counts, _displacements(counts), datatype))
         return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
-                           user, _copy_blocks(staging, outs), (outs, inp, staging))
+                           user, finish, (outs, inp, staging))
 
     def gather_list(self, outs, inp, root, async_op, user):
         datatype = mpi_datatype(inp.dtype)
         finish = staging = recv = None
         if self._rank == root:
             counts = [o.size for o in outs]
-            staging = np.empty(sum(counts), inp.dtype)
+            staging, finish = _landing(outs, inp.dtype, [inp])
             recv = (staging, counts, _displacements(counts), datatype)
-            finish = _copy_blocks(staging, outs)
         args = ((inp, datatype), recv, root)
         return self._issue(self._comm.Gatherv, self._comm.Igatherv, args, async_op,
                            user, finish, (outs, inp, staging))
@@ -158,7 +188,7 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(out.dtype)
         send = staging = None
         if self._rank == root:
-            staging = _concatenate(inps, out.dtype)
+            staging = _concatenate(inps, out.dtype, [out])
             counts = [i.size for i in inps]
             send = (staging, counts, _displacements(counts), datatype)
         args = (send, (out, datatype), root)
@@ -176,7 +206,7 @@ class MPIBackend(Transport):
 
     def reduce_scatter_list(self, out, inps, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
-        staging = _concatenate(inps, out.dtype)
+        staging = _concatenate(inps, out.dtype, [out])
         if factor is not None:
             staging = _scaled(staging, factor)
         counts = [i.size for i in inps]
@@ -200,12 +230,12 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(dtype)
         in_counts = [i.size for i in inps]
         out_counts = [o.size for o in outs]
-        send = _concatenate(inps, dtype)
-        staging = np.empty(sum(out_counts), dtype)
+        send = _concatenate(inps, dtype, outs)
+        staging, finish = _landing(outs, dtype, inps)
         args = ((send, in_counts, _displacements(in_counts), datatype),
                 (staging, out_counts, _displacements(out_counts), datatype))
         return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
-                           user, _copy_blocks(staging, outs), (outs, send, staging))
+                           user, finish, (outs, send, staging))
 
     def barrier(self, async_op):
         return self._issue(self._comm.Barrier, self._comm.Ibarrier, (), async_op, [])
