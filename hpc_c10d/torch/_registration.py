@@ -1,0 +1,48 @@
+"""Tell torch.distributed about backend ``"hpc"`` and the ``mpi://`` rendezvous (cheap: starts no MPI)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+import torch.distributed as dist
+
+from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
+
+__all__ = ["BACKEND_NAME", "register", "devices"]
+
+BACKEND_NAME = "hpc"
+
+
+def devices() -> list[str]:
+    """The device types backend ``"hpc"`` serves: CPU, and CUDA once hpc_c10d has its NCCL transport."""
+    return ["cpu", "cuda"] if importlib.util.find_spec("hpc_c10d.nccl") is not None else ["cpu"]
+
+
+def _create(options: Any, backend_options: Any) -> Any:
+    """torch's backend creator (extended API): a ProcessGroupHPC on the group's own communicator."""
+    from ._comms import group_communicator
+    from ._process_group import ProcessGroupHPC
+
+    ranks = list(options.global_ranks_in_group)
+    comm = group_communicator(ranks, options.group_rank, options.group_size)
+    return ProcessGroupHPC(comm, ranks, options.group_id, options.timeout)
+
+
+def register() -> None:
+    """Register backend ``"hpc"``, the ``mpi://`` rendezvous and the MPI fallback of ``env://``.
+
+    Idempotent. Runs at ``import torch`` through the ``torch.backends`` entry point, so it only
+    fills torch's tables: MPI starts when a process group is created.
+    """
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the package's name is a function
+    handlers = rendezvous._rendezvous_handlers
+    if SCHEME not in handlers:
+        rendezvous.register_rendezvous_handler(SCHEME, mpi_rendezvous)
+    env = handlers.get("env")
+    if env is not None and not hasattr(env, "wraps_env_handler"):
+        # register_rendezvous_handler refuses to replace a scheme, so the table entry is swapped
+        handlers["env"] = env_or_mpi_rendezvous(env)

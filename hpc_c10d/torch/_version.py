@@ -1,0 +1,38 @@
+"""The torch releases this plugin supports, and the check made before it is used."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch"]
+
+#: torch releases the plugin is tested with (the C++ hooks it overrides change between releases).
+SUPPORTED_TORCH = ">=2.13,<2.14"
+_OLDEST = (2, 13)
+_FIRST_UNSUPPORTED = (2, 14)
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def torch_version_problem(version: str | None = None) -> str:
+    """Return why ``version`` (default: the installed torch's) is unsupported, or '' if it is supported."""
+    if version is None:
+        import torch
+
+        version = torch.__version__
+    release = _release(version)
+    if release is not None and _OLDEST <= release < _FIRST_UNSUPPORTED:
+        return ""
+    return (f"hpc_c10d.torch supports torch {SUPPORTED_TORCH} but found torch {version}; install a "
+            f"supported release (pip install 'hpc-c10d[torch]') or use hpc_c10d's own API "
+            f"(import hpc_c10d as dist), which works with any torch")
+
+
+def require_supported_torch() -> None:
+    """Raise ImportError, saying what to install, unless the installed torch is supported."""
+    problem = torch_version_problem()
+    if problem:
+        raise ImportError(problem)

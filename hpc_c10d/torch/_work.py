@@ -1,0 +1,69 @@
+"""``TorchWork``: torch's ``Work`` interface over an hpc_c10d ``Work`` (or over nothing, when done)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["TorchWork"]
+
+_NO_TIMEOUT = timedelta(0)
+
+
+class TorchWork(dist.Work):
+    """A collective's handle for torch and its C++ callers (DDP's reducer, functional collectives).
+
+    ``pending`` is the hpc_c10d ``Work`` of a nonblocking MPI operation, or None when the
+    operation already finished. MPI has no completion callbacks, so ``get_future`` first waits
+    for the operation and hands out a completed future: torch's C++ callers wait on futures
+    without calling back into Python, and an incomplete one would never finish.
+    """
+
+    def __init__(self, pending: Any, outputs: list) -> None:
+        super().__init__()
+        self._pending = pending
+        self._outputs = outputs
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        """Block until the operation finishes; a nonzero ``timeout`` raises DistBackendError past it."""
+        if self._pending is not None:
+            self._pending.wait(timeout if timeout else None)
+        return True
+
+    def is_completed(self) -> bool:
+        """Return True once the operation finished (never blocks)."""
+        return self._pending is None or self._pending.is_completed()
+
+    def is_success(self) -> bool:
+        """Return True if the operation finished without an error."""
+        return self._pending is None or self._pending.is_success()
+
+    def exception(self) -> BaseException | None:
+        """Return the error the operation ended with, if any."""
+        return None if self._pending is None else self._pending.exception()
+
+    def synchronize(self) -> None:
+        """Same as ``wait()`` for CPU work."""
+        self.wait()
+
+    def result(self) -> list:
+        """Return the output tensors."""
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        """Wait for the operation, then return a completed future holding the output tensors."""
+        self.wait()
+        future: torch.futures.Future = torch.futures.Future()
+        future.set_result(self._outputs)
+        return future
+
+    def _source_rank(self) -> int:
+        """Return the group rank a receive came from (waits for it)."""
+        if self._pending is None:
+            raise ValueError("_source_rank() is only defined for receives")
+        return self._pending._source_rank()
+
+    source_rank = _source_rank

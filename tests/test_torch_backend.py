@@ -1,0 +1,241 @@
+"""torch.distributed's functions on tensors, through backend "hpc" (any number of ranks).
+
+Every result is compared with a reference computed locally from what each rank contributed.
+"""
+import datetime
+
+import pytest
+
+from test_torch_backend_common import sizes_only, tdist, torch, torch_world
+
+pytestmark = pytest.mark.mpi
+
+ReduceOp = tdist.ReduceOp
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
+OPS = {ReduceOp.SUM: lambda xs: torch.stack(xs).sum(0), ReduceOp.MAX: lambda xs: torch.stack(xs).amax(0),
+       ReduceOp.MIN: lambda xs: torch.stack(xs).amin(0), ReduceOp.PRODUCT: lambda xs: torch.stack(xs).prod(0)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def world():
+    return torch_world()
+
+
+def _rank():
+    return tdist.get_rank()
+
+
+def _size():
+    return tdist.get_world_size()
+
+
+def contribution(rank, n=5, dtype=torch.float32):
+    """What ``rank`` puts in: small integers (exact in every dtype, no uint8 overflow for products)."""
+    return ((torch.arange(n) + rank) % 3 + 1).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", list(OPS), ids=lambda op: str(op).split(".")[-1])
+def test_all_reduce(dtype, op):
+    t = contribution(_rank(), dtype=dtype)
+    tdist.all_reduce(t, op=op)
+    expected = OPS[op]([contribution(r, dtype=dtype) for r in range(_size())]).to(dtype)
+    torch.testing.assert_close(t, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_all_reduce_avg_and_premul_sum(dtype):
+    t = contribution(_rank(), dtype=dtype)
+    tdist.all_reduce(t, op=ReduceOp.AVG)
+    total = sum(contribution(r) for r in range(_size()))
+    torch.testing.assert_close(t, (total / _size()).to(dtype))
+    t = contribution(_rank(), dtype=dtype)
+    tdist.all_reduce(t, op=tdist._make_nccl_premul_sum(0.5))
+    torch.testing.assert_close(t, (total * 0.5).to(dtype))
+
+
+def test_all_reduce_complex_and_large():
+    z = torch.full((3,), complex(_rank(), 1.0), dtype=torch.complex64)
+    tdist.all_reduce(z)
+    torch.testing.assert_close(z, torch.full((3,), complex(sum(range(_size())), _size()), dtype=torch.complex64))
+    big = torch.full((1 << 18,), float(_rank() + 1))  # 1 MiB
+    tdist.all_reduce(big)
+    assert torch.equal(big, torch.full_like(big, _size() * (_size() + 1) / 2))
+
+
+def test_async_work_wait_and_future():
+    t = contribution(_rank())
+    work = tdist.all_reduce(t, async_op=True)
+    assert work.wait(timeout=datetime.timedelta(seconds=60))
+    assert work.is_completed() and work.is_success() and work.exception() is None
+    expected = sum(contribution(r) for r in range(_size()))
+    torch.testing.assert_close(t, expected)
+    doubled = tdist.all_reduce(t, async_op=True).get_future().then(lambda fut: fut.value()[0] * 2)
+    torch.testing.assert_close(doubled.wait(), expected * _size() * 2)
+
+
+def test_broadcast_from_every_root():
+    for root in range(_size()):
+        t = torch.full((4,), float(_rank()), dtype=torch.bfloat16)
+        tdist.broadcast(t, src=root)
+        assert torch.equal(t, torch.full((4,), float(root), dtype=torch.bfloat16))
+
+
+def test_reduce_to_last_rank():
+    root = _size() - 1
+    t = contribution(_rank(), dtype=torch.int64)
+    tdist.reduce(t, dst=root, op=ReduceOp.SUM)
+    if _rank() == root:
+        assert torch.equal(t, sum(contribution(r, dtype=torch.int64) for r in range(_size())))
+
+
+def test_all_gather_list_and_tensor():
+    mine = contribution(_rank(), dtype=torch.float16)
+    outs = [torch.empty_like(mine) for _ in range(_size())]
+    tdist.all_gather(outs, mine)
+    for r, out in enumerate(outs):
+        assert torch.equal(out, contribution(r, dtype=torch.float16))
+    flat = torch.empty(_size() * mine.numel(), dtype=torch.float16)
+    tdist.all_gather_into_tensor(flat, mine)
+    assert torch.equal(flat, torch.cat([contribution(r, dtype=torch.float16) for r in range(_size())]))
+
+
+def test_all_gather_into_tensor_with_input_inside_output():
+    """FSDP2's pattern: the input is this rank's block of the output buffer."""
+    n = 4
+    flat = torch.zeros(_size() * n)
+    block = flat[_rank() * n:(_rank() + 1) * n]
+    block.copy_(contribution(_rank(), n))
+    tdist.all_gather_into_tensor(flat, block)
+    assert torch.equal(flat, torch.cat([contribution(r, n) for r in range(_size())]))
+
+
+def test_reduce_scatter_list_and_tensor():
+    n = 3
+    inputs = [contribution(_rank() + k, n) for k in range(_size())]
+    out = torch.empty(n)
+    tdist.reduce_scatter(out, inputs)
+    torch.testing.assert_close(out, sum(contribution(r + _rank(), n) for r in range(_size())))
+    whole = torch.cat(inputs)
+    tdist.reduce_scatter_tensor(out, whole, op=ReduceOp.MAX)
+    torch.testing.assert_close(out, torch.stack([contribution(r + _rank(), n) for r in range(_size())]).amax(0))
+
+
+def test_all_to_all_single_uneven_and_list():
+    size, rank = _size(), _rank()
+    # rank r sends (r + d + 1) rows to rank d, each row filled with 100 * r + d
+    send_counts = [rank + d + 1 for d in range(size)]
+    recv_counts = [s + rank + 1 for s in range(size)]
+    inp = torch.cat([torch.full((c, 2), 100.0 * rank + d) for d, c in enumerate(send_counts)])
+    out = torch.empty(sum(recv_counts), 2)
+    tdist.all_to_all_single(out, inp, output_split_sizes=recv_counts, input_split_sizes=send_counts)
+    expected = torch.cat([torch.full((c, 2), 100.0 * s + rank) for s, c in enumerate(recv_counts)])
+    assert torch.equal(out, expected)
+    outs = [torch.empty(2, dtype=torch.int32) for _ in range(size)]
+    tdist.all_to_all(outs, [torch.full((2,), 10 * rank + d, dtype=torch.int32) for d in range(size)])
+    assert [o.tolist() for o in outs] == [[10 * s + rank] * 2 for s in range(size)]
+
+
+def test_gather_and_scatter():
+    root = 0
+    mine = contribution(_rank())
+    gathered = [torch.empty_like(mine) for _ in range(_size())] if _rank() == root else None
+    tdist.gather(mine, gathered, dst=root)
+    if _rank() == root:
+        for r, g in enumerate(gathered):
+            assert torch.equal(g, contribution(r))
+    out = torch.empty(5)
+    pieces = [contribution(r) * 7 for r in range(_size())] if _rank() == root else None
+    tdist.scatter(out, pieces, src=root)
+    assert torch.equal(out, contribution(_rank()) * 7)
+
+
+def test_barrier_and_monitored_state():
+    tdist.barrier()
+    assert tdist.barrier(async_op=True).wait()
+
+
+def test_object_collectives():
+    rank, size = _rank(), _size()
+    objs = [None] * size
+    tdist.all_gather_object(objs, {"rank": rank, "text": "x" * rank})
+    assert objs == [{"rank": r, "text": "x" * r} for r in range(size)]
+    box = [("from", rank), None]
+    tdist.broadcast_object_list(box, src=size - 1)
+    assert box == [("from", size - 1), None]
+    out = [None]
+    tdist.scatter_object_list(out, [f"for {r}" for r in range(size)] if rank == 0 else None, src=0)
+    assert out == [f"for {rank}"]
+    gathered = [None] * size if rank == 0 else None
+    tdist.gather_object(rank * 3, gathered, dst=0)
+    if rank == 0:
+        assert gathered == [r * 3 for r in range(size)]
+
+
+@sizes_only(2, 3, 4)
+def test_send_recv_ring_and_any_source():
+    rank, size = _rank(), _size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(3, dtype=torch.bfloat16)
+    ops = [tdist.P2POp(tdist.isend, torch.full((3,), float(rank), dtype=torch.bfloat16), right),
+           tdist.P2POp(tdist.irecv, got, left)]
+    for work in tdist.batch_isend_irecv(ops):
+        work.wait()
+    assert torch.equal(got, torch.full((3,), float(left), dtype=torch.bfloat16))
+    if rank == 0:
+        seen = set()
+        for _ in range(size - 1):
+            buf = torch.empty(1, dtype=torch.int64)
+            src = tdist.recv(buf)
+            assert buf.item() == src * 11
+            seen.add(src)
+        assert seen == set(range(1, size))
+    else:
+        tdist.send(torch.tensor([rank * 11]), dst=0)
+
+
+@sizes_only(2, 3, 4)
+def test_subgroup_of_even_ranks():
+    evens = list(range(0, _size(), 2))
+    group = tdist.new_group(evens)
+    t = torch.ones(2) * _rank()
+    if _rank() in evens:
+        tdist.all_reduce(t, group=group)
+        assert torch.equal(t, torch.ones(2) * sum(evens))
+        assert tdist.get_rank(group) == evens.index(_rank())
+        assert tdist.get_process_group_ranks(group) == evens
+    else:
+        assert group == tdist.GroupMember.NON_GROUP_MEMBER
+    tdist.destroy_process_group(group)
+
+
+def test_functional_collectives_find_the_group_by_name():
+    import torch.distributed._functional_collectives as funcol
+
+    t = contribution(_rank())
+    reduced = funcol.all_reduce(t, "sum", tdist.group.WORLD)
+    torch.testing.assert_close(reduced, sum(contribution(r) for r in range(_size())))
+    gathered = funcol.all_gather_tensor(t, 0, tdist.group.WORLD)
+    torch.testing.assert_close(gathered, torch.cat([contribution(r) for r in range(_size())]))
+
+
+def test_bad_input_raises_on_every_rank_before_communicating():
+    with pytest.raises(ValueError, match="C-contiguous"):
+        tdist.all_reduce(torch.zeros(4, 4).t())
+    with pytest.raises(ValueError, match="one array per rank"):
+        tdist.all_gather([torch.zeros(1)] * (_size() + 1), torch.zeros(1))
+    with pytest.raises(ValueError, match="output has"):
+        tdist.all_gather_into_tensor(torch.zeros(_size() + 1), torch.zeros(1))
+    with pytest.raises(ValueError, match="bitwise"):
+        tdist.all_reduce(torch.zeros(2), op=ReduceOp.BAND)
+    tdist.barrier()  # everyone is still in step
+
+
+def test_cuda_is_not_claimed_without_an_nccl_transport():
+    import importlib.util
+
+    from hpc_c10d.torch._registration import devices
+
+    has_nccl = importlib.util.find_spec("hpc_c10d.nccl") is not None
+    assert devices() == (["cpu", "cuda"] if has_nccl else ["cpu"])
+    assert tdist.Backend.backend_capability["hpc"] == devices()

@@ -1,0 +1,52 @@
+"""Shared set-up for the torch-backend tests, and the checks of the set-up itself.
+
+Every MPI rank of a pytest run initialises torch.distributed once, with backend "hpc" and the
+``mpi://`` rendezvous, beside hpc_c10d's own default group (conftest). The group stays up for
+the whole session; MPIStore's exit hook frees the rendezvous store.
+"""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'hpc-c10d[torch]')")
+tdist = pytest.importorskip("torch.distributed")
+
+from hpc_c10d.torch import BACKEND_NAME, register  # noqa: E402
+
+
+def torch_world():
+    """torch's default group on backend "hpc" (initialised on first use)."""
+    if not tdist.is_initialized():
+        register()
+        tdist.init_process_group(BACKEND_NAME, init_method="mpi://")
+    return tdist.group.WORLD
+
+
+def sizes_only(*sizes):
+    """Skip unless the MPI world has one of ``sizes`` ranks (for tests that need a partner)."""
+    from mpi4py import MPI
+
+    size = MPI.COMM_WORLD.Get_size()
+    return pytest.mark.skipif(size not in sizes, reason=f"runs at {sizes} ranks; this run has {size}")
+
+
+@pytest.mark.mpi
+def test_rendezvous_gives_mpi_ranks_and_the_hpc_backend():
+    from mpi4py import MPI
+
+    world = torch_world()
+    assert tdist.get_rank() == MPI.COMM_WORLD.Get_rank()
+    assert tdist.get_world_size() == MPI.COMM_WORLD.Get_size()
+    assert tdist.get_backend() == "hpc" and world.name() == "hpc"
+
+
+@pytest.mark.mpi
+def test_default_store_is_shared_through_mpi():
+    torch_world()
+    store = tdist.distributed_c10d._get_default_store()
+    rank, size = tdist.get_rank(), tdist.get_world_size()
+    store.set(f"common/{rank}", str(rank * 10))
+    store.wait([f"common/{r}" for r in range(size)])
+    assert [store.get(f"common/{r}") for r in range(size)] == [str(r * 10).encode() for r in range(size)]
+    assert store.add("common/counter", 1) >= 1
+    tdist.barrier()
+    assert store.add("common/counter", 0) == size
+
