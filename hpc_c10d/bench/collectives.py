@@ -1,0 +1,123 @@
+"""The collective sweep: for each operation and size, a checking pass of every implementation against
+the numpy reference, then interleaved timed rounds."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import numpy as np
+
+from .collective_ops import COLLECTIVES, REDUCTIONS, Case, Collective
+from .report import Record
+from .sweep import Sweep
+from .torch_side import as_tensor
+from .units import fmt_bytes, sweep
+
+__all__ = ["run", "CORRUPT_ENV", "count_wrong"]
+
+#: Test hook: name an implementation here and the checking pass adds 1 to the first element of its
+#: result on every rank, so that the wrong-results count must show it.
+CORRUPT_ENV = "HPC_C10D_BENCH_CORRUPT"
+
+
+def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
+    """Elements of ``got`` that differ from ``expected`` (floating types within their precision)."""
+    if expected.dtype.kind in "fV":
+        tolerance = 1e-2 if expected.dtype.itemsize == 2 else 1e-6
+        close = np.isclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=0)
+        return int(np.count_nonzero(~close))
+    return int(np.count_nonzero(got != expected))
+
+
+def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict[str, Callable[[], Any]]:
+    member, mpi_op, _ = REDUCTIONS[redop]
+    root = bench.rank == 0
+    steps = {}
+    for impl in bench.impls:
+        if impl == "mpi4py":
+            from mpi4py import MPI
+
+            steps[impl] = op.mpi_step(bench.comm, inp, out, getattr(MPI, mpi_op), root, bench.async_op)
+            continue
+        api, tensors = bench.apis[impl]
+        arrays = (as_tensor(inp), as_tensor(out)) if tensors else (inp, out)
+        steps[impl] = op.c10d_step(api, *arrays, getattr(api.ReduceOp, member), root, bench.async_op)
+    return steps
+
+
+def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[], Any]],
+           failed: dict[str, str]) -> dict[str, int]:
+    """Run each implementation once on fresh inputs; wrong elements summed over ranks. An implementation
+    that cannot run this case (e.g. raw MPI has no bfloat16) moves from ``steps`` to ``failed``."""
+    from mpi4py import MPI
+
+    fresh_in, fresh_out = op.buffers(case)
+    expected = op.expected(case)
+    corrupt = os.environ.get(CORRUPT_ENV, "")
+    wrong = {}
+    for impl in list(steps):
+        inp, out = steps[impl].buffers
+        inp[...] = bench.to_device(fresh_in)
+        out[...] = bench.to_device(fresh_out)
+        try:
+            steps[impl]()
+            failure = ""
+        except Exception as exc:  # noqa: BLE001 - reported as the implementation's note, on every rank
+            failure = f"{type(exc).__name__}: {exc}"
+        failures = [f for f in bench.comm.allgather(failure) if f]
+        if failures:
+            failed[impl] = f"cannot run {op.name} on {case.dtype}: {failures[0]}"
+            del steps[impl]
+            continue
+        got = bench.to_host(out)
+        if expected is not None and corrupt == impl and got.size:
+            got = got.copy()
+            got.flat[0] += 1
+        wrong[impl] = bench.comm.allreduce(0 if expected is None else count_wrong(got, expected), op=MPI.SUM)
+    return wrong
+
+
+class _Step:
+    """A call plus the buffers it works on (so the checking pass can refill them)."""
+
+    __slots__ = ("call", "buffers")
+
+    def __init__(self, call: Callable[[], Any], buffers: tuple[Any, Any]) -> None:
+        self.call, self.buffers = call, buffers
+
+    def __call__(self) -> Any:
+        return self.call()
+
+
+def _points(ops: list[str], first: int, last: int, factor: int, dtype: np.dtype, ranks: int) -> list[tuple]:
+    points = []
+    for name in ops:
+        op = COLLECTIVES[name]
+        quantum = dtype.itemsize * (ranks if op.chunked else 1)
+        points += [(op, nbytes) for nbytes in (sweep(first, last, factor, quantum) if op.sized else [0])]
+    return points
+
+
+def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype: np.dtype, redop: str,
+        label: str = "collectives") -> list[Record]:
+    """Sweep ``ops`` over ``sizes`` (bytes, both ends included, ``factor`` apart); records say ``label``."""
+    records = []
+    points = _points(ops, *sizes, factor, dtype, bench.size)
+    bench.progress.total = len(points)
+    for op, nbytes in points:
+        case = Case(bench.rank, bench.size, nbytes // dtype.itemsize, dtype, redop if op.reduces else "sum")
+        host_in, host_out = op.buffers(case)
+        inp = bench.to_device(host_in)
+        out = inp if host_out is host_in else bench.to_device(host_out)
+        steps = {impl: _Step(step, (inp, out)) for impl, step in _steps(bench, op, inp, out, case.redop).items()}
+        failed: dict[str, str] = {}
+        wrong = _check(bench, op, case, steps, failed)
+        inp[...] = 0  # timed calls then add zeros: no overflow, no denormals, same work
+        out[...] = 0
+        measured = bench.measure(steps)
+        records += bench.records(measured, wrong, failed, bench=label, op=op.name, bytes=nbytes,
+                                 count=case.count, dtype=str(dtype), redop=case.redop if op.reduces else "",
+                                 bus=op.bus_factor(bench.size))
+        bench.progress.step(f"{op.name} {fmt_bytes(nbytes)}")
+    return records

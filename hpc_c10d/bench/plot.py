@@ -1,0 +1,48 @@
+"""A PNG of the results (matplotlib, an optional extra): one panel per operation, one line per
+implementation, bandwidth or time against size (or against ranks for start-up)."""
+
+from __future__ import annotations
+
+from .report import Record
+
+__all__ = ["plot"]
+
+
+def _metric(records: list[Record], choice: str) -> str:
+    if choice != "auto":
+        return choice
+    return "busbw" if any(r.busbw_gbs for r in records) else "time"
+
+
+def plot(records: list[Record], path: str, metric: str = "auto") -> None:
+    """Write ``path``; ``metric`` is ``busbw``, ``time`` or ``auto`` (bandwidth where there is one)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise SystemExit(f"--plot needs matplotlib: pip install 'hpc-c10d[plot]' ({exc})") from exc
+    panels: dict[tuple[str, str], list[Record]] = {}
+    for record in records:  # an operation without sizes (barrier) has no curve to draw
+        if record.us_max > 0 and (record.bytes or record.bench == "startup"):
+            panels.setdefault((record.bench, record.op), []).append(record)
+    figure, axes = plt.subplots(len(panels), 1, figsize=(7, 3.6 * len(panels)), squeeze=False)
+    for axis, ((bench, op), group) in zip(axes[:, 0], panels.items()):
+        shown = _metric(group, metric)
+        by_ranks = bench == "startup"
+        for impl in dict.fromkeys(r.impl for r in group):
+            mine = [r for r in group if r.impl == impl]
+            xs = [r.ranks if by_ranks else r.bytes for r in mine]
+            ys = [r.busbw_gbs if shown == "busbw" else r.us_max for r in mine]
+            axis.plot(xs, ys, marker="o", label=impl)
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("linear" if shown == "busbw" else "log")
+        axis.set_xlabel("ranks" if by_ranks else "bytes")
+        axis.set_ylabel("bus bandwidth, GB/s" if shown == "busbw" else "time, µs (slowest rank)")
+        first = group[0]
+        axis.set_title(f"{bench}: {op}" + ("" if by_ranks else f", {first.ranks} ranks {first.dtype}"))
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)

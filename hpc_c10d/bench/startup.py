@@ -1,0 +1,147 @@
+"""Start-up at scale: one launch per world size and implementation, each rank timing
+``init_process_group`` plus a first all_reduce, then one store ``set``, a ``get`` of its neighbour's
+key (which waits for it) and an ``add`` to one shared counter.
+
+The sweep runs outside MPI and starts every job itself (``mpiexec``, or ``srun`` inside an
+allocation). hpc_c10d starts MPI inside ``init_process_group``, so its time includes ``MPI_Init``;
+torch runs its default ``env://`` rendezvous: a TCPStore served by rank 0 at ``MASTER_ADDR``.
+Imports (torch's takes seconds) happen before the clock starts, on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .report import Progress, Record
+
+__all__ = ["sweep", "child", "PHASES", "launcher_command"]
+
+#: what a child measures, in this order
+PHASES = ("init + first all_reduce", "store set", "store get (neighbour)", "store add (shared)")
+_LAUNCH = "launch to exit"
+
+
+def _timed_phases(init, all_reduce, store_of) -> tuple[int, list[float]]:
+    """(rank, seconds for each of PHASES on this rank); ``init`` starts the group, returns (rank, size)."""
+    clock = time.perf_counter
+    start = clock()
+    rank, size = init()
+    all_reduce()
+    marks = [clock()]
+    store = store_of()
+    store.set(f"startup/{rank}", "x" * 16)
+    marks.append(clock())
+    store.get(f"startup/{(rank + 1) % size}")
+    marks.append(clock())
+    store.add("startup/count", 1)
+    marks.append(clock())
+    return rank, [b - a for a, b in zip([start] + marks, marks)]
+
+
+def child(impl: str, out_dir: str) -> int:
+    """One rank of a start-up job: measure, write ``<out_dir>/<impl>-<rank>.json``, finish cleanly."""
+    if impl == "hpc_c10d":
+        import numpy as np
+
+        import hpc_c10d as api
+
+        def init():
+            api.init_process_group()
+            return api.get_rank(), api.get_world_size()
+
+        def all_reduce():
+            api.all_reduce(np.ones(1, np.float32))
+    else:
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as api
+
+        from ..jobenv import detect
+
+        job = detect()
+        torch.set_num_threads(1)
+
+        def init():
+            api.init_process_group("gloo", rank=job.env_rank, world_size=job.env_size,
+                                   timeout=timedelta(seconds=600))
+            return job.env_rank, job.env_size
+
+        def all_reduce():
+            api.all_reduce(torch.ones(1))
+    rank, phases = _timed_phases(init, all_reduce, api.distributed_c10d._get_default_store)
+    api.barrier()
+    Path(out_dir, f"{impl}-{rank}.json").write_text(json.dumps(phases))
+    api.destroy_process_group()
+    return 0
+
+
+def launcher_command(launcher: str, ranks: int) -> list[str]:
+    """The command that starts ``ranks`` processes here (``srun`` may put more than one on a CPU)."""
+    if launcher == "srun":
+        return ["srun", "-n", str(ranks), "--overcommit", "--mpi=pmi2", "--kill-on-bad-exit=1"]
+    beside = Path(sys.executable).parent / "mpiexec"
+    return [str(beside) if beside.exists() else shutil.which("mpiexec") or "mpiexec", "-n", str(ranks)]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _launch(impl: str, ranks: int, launcher: str, timeout_s: float) -> tuple[list[list[float]] | None, float, str]:
+    """Run one job; (per-rank phase seconds or None, wall seconds, why it failed)."""
+    with tempfile.TemporaryDirectory(prefix="hpc_c10d-startup-") as out_dir:
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), GLOO_SOCKET_IFNAME="lo",
+                   OMP_NUM_THREADS="1")
+        command = ["timeout", "-k", "10", str(int(timeout_s)), *launcher_command(launcher, ranks), sys.executable,
+                   "-m", "hpc_c10d", "bench", "startup", "--child", impl, "--out-dir", out_dir]
+        begin = time.perf_counter()
+        done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        wall = time.perf_counter() - begin
+        files = sorted(Path(out_dir).glob(f"{impl}-*.json"))
+        if done.returncode or len(files) != ranks:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            why = "timed out" if done.returncode in (124, 137) else f"exit status {done.returncode}"
+            return None, wall, f"{ranks} ranks: {why}, {len(files)}/{ranks} ranks reported; " + " | ".join(tail)
+        return [json.loads(f.read_text()) for f in files], wall, ""
+
+
+def sweep(rank_counts: list[int], impls: list[str], launcher: str, repeats: int, timeout_s: float,
+          progress: Progress) -> list[Record]:
+    """Launch every (ranks, implementation) ``repeats`` times, alternating implementations; records
+    give each phase's min/median/max over ranks (median over repeats) and the launch's wall time."""
+    progress.total = len(rank_counts) * len(impls) * repeats
+    records = []
+    for ranks in rank_counts:
+        for impl in impls:
+            runs, walls, failure = [], [], ""
+            for _ in range(repeats):
+                per_rank, wall, failure = _launch(impl, ranks, launcher, timeout_s)
+                progress.step(f"{impl} at {ranks} ranks" + (" FAILED" if failure else ""))
+                if failure:
+                    break
+                runs.append(per_rank)
+                walls.append(wall)
+            if failure:
+                records.append(Record(bench="startup", op=PHASES[0], impl=impl, ranks=ranks, note=failure))
+                continue
+            for index, phase in enumerate(PHASES):
+                spreads = [[min(v), statistics.median(v), max(v)] for v in ([r[index] for r in run] for run in runs)]
+                low, mid, high = (statistics.median(column) * 1e6 for column in zip(*spreads))
+                records.append(Record(bench="startup", op=phase, impl=impl, ranks=ranks, iters=1, rounds=repeats,
+                                      us_min=low, us_median=mid, us_max=high))
+            wall = statistics.median(walls) * 1e6
+            records.append(Record(bench="startup", op=_LAUNCH, impl=impl, ranks=ranks, iters=1, rounds=repeats,
+                                  us_min=wall, us_median=wall, us_max=wall))
+    return records

@@ -1,0 +1,76 @@
+"""torch programs on hpc_c10d: torch.distributed's own calls on backend ``"hpc"`` (the plugin,
+``hpc_c10d.torch``) against gloo over the same ranks and raw mpi4py, then a DDP training step on
+each (and the same step without DDP)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import partial
+from typing import Any, Callable
+
+from .report import Record
+from .sweep import Sweep
+
+__all__ = ["start", "OnGroup", "run_ddp", "PLUGIN", "GLOO"]
+
+PLUGIN, GLOO = "plugin", "gloo"
+
+
+class OnGroup:
+    """torch.distributed with ``group=`` bound, shaped like the module the sweeps call."""
+
+    def __init__(self, tdist: Any, group: Any) -> None:
+        self._tdist, self._group, self.ReduceOp = tdist, group, tdist.ReduceOp
+
+    def __getattr__(self, name: str) -> Callable:
+        return partial(getattr(self._tdist, name), group=self._group)
+
+
+def start() -> tuple[Any, Any]:
+    """torch's default group on backend "hpc" (``mpi://``: no port), and a gloo group over the same ranks."""
+    import torch
+    import torch.distributed as tdist
+    from mpi4py import MPI
+
+    import hpc_c10d.torch as plugin
+
+    torch.set_num_threads(1)
+    plugin.register()
+    tdist.init_process_group(plugin.BACKEND_NAME, init_method="mpi://")
+    if len(set(MPI.COMM_WORLD.allgather(socket.gethostname()))) == 1:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return tdist, tdist.new_group(backend="gloo")
+
+
+def _mlp(torch: Any) -> Any:
+    """256 -> 512 -> 512 -> 10: 399,370 parameters."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def _step_of(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+    return step
+
+
+def run_ddp(bench: Sweep, gloo: Any, batch: int) -> list[Record]:
+    """One training step (zero_grad, forward, MSE, backward, SGD) of the MLP: DDP on the plugin's
+    default group, DDP on the gloo group, and no DDP at all (``local``)."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x, y = torch.randn(batch, 256), torch.randn(batch, 10)
+    models = {PLUGIN: DDP(_mlp(torch)), GLOO: DDP(_mlp(torch), process_group=gloo), "local": _mlp(torch)}
+    steps = {name: _step_of(torch, model, x, y) for name, model in models.items()}
+    bench.batch_s, bench.max_iters = bench.batch_s * 5, 200  # steps take milliseconds
+    params = sum(p.numel() for p in models["local"].parameters())
+    return bench.records(bench.measure(steps), {}, bench="torch", op=f"DDP step (batch {batch})",
+                         bytes=4 * params, count=params, dtype="float32")

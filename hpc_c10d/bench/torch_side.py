@@ -1,0 +1,71 @@
+"""torch.distributed beside MPI, for comparison: gloo (or NCCL) started from the MPI job, TCPStore, tensor views."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+__all__ = ["unavailable", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
+
+
+def unavailable(comm: Any) -> str | None:
+    """Why torch.distributed cannot be compared on some rank (None: it can, everywhere)."""
+    try:
+        import torch.distributed as tdist
+
+        problem = None if tdist.is_available() else "torch.distributed is not available in this torch build"
+    except ImportError as exc:
+        problem = f"torch is not installed ({exc})"
+    problems = [p for p in comm.allgather(problem) if p]
+    return problems[0] if problems else None
+
+
+def rendezvous(comm: Any) -> tuple[str, int]:
+    """A host and free port on rank 0, chosen there and broadcast over MPI (what torch's env:// needs)."""
+    hosts = comm.allgather(socket.gethostname())
+    host = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host if host == "127.0.0.1" else "", 0))
+            port = probe.getsockname()[1]
+    return host, comm.bcast(port, root=0)
+
+
+def init_torch(comm: Any, device: str) -> Any:
+    """Start torch.distributed over the same ranks (gloo on CPU, NCCL on CUDA); return the module."""
+    import torch
+    import torch.distributed as tdist
+
+    torch.set_num_threads(1)
+    host, port = rendezvous(comm)
+    if host == "127.0.0.1":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    tdist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://{host}:{port}",
+                             rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=timedelta(seconds=300))
+    return tdist
+
+
+def tcp_store(comm: Any, use_libuv: bool | None) -> Any:
+    """A TCPStore with its server on rank 0, every rank a client."""
+    import torch.distributed as tdist
+
+    host, port = rendezvous(comm)
+    options = {} if use_libuv is None else {"use_libuv": use_libuv}
+    return tdist.TCPStore(host, port, comm.Get_size(), is_master=comm.Get_rank() == 0,
+                          timeout=timedelta(seconds=300), wait_for_workers=True, **options)
+
+
+def as_tensor(array: Any) -> Any:
+    """A torch tensor sharing ``array``'s memory (numpy, bfloat16 included, or a CUDA array via DLPack)."""
+    import torch
+
+    if not isinstance(array, np.ndarray):
+        return torch.from_dlpack(array)
+    if array.dtype.kind == "V":  # ml_dtypes bfloat16: same bits, reinterpreted
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
