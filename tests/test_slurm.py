@@ -95,6 +95,25 @@ def test_srun_without_an_mpi_plugin_is_told_how_to_fix_the_launch(tmp_path):
     assert "add --mpi=pmi2" in proc.stderr
 
 
+def test_bench_runs_under_srun(tmp_path):
+    """The benchmark CLI under srun: a collective sweep checked against numpy, and the start-up
+    sweep launching its jobs with srun itself."""
+    out = tmp_path / "coll.json"
+    proc = _run(["srun", "-n", "2", "--overcommit", "--mpi=pmi2", sys.executable, "-m", "hpc_c10d", "bench",
+                 "collectives", "--ops", "all_reduce,all_to_all", "-b", "8:64", "-f", "8", "-r", "2", "-n", "3", "-q",
+                 "--compare", "mpi4py", "--json", str(out)], env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 8 and all(r["ranks"] == 2 and r["wrong"] == 0 and r["us_max"] > 0 for r in results)
+    out = tmp_path / "startup.json"
+    proc = _run([sys.executable, "-m", "hpc_c10d", "bench", "startup", "--launcher", "srun", "--ranks", "2",
+                 "--repeats", "1", "-q", "--json", str(out)], env=_env(), cwd=ROOT)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    results = json.loads(out.read_text())["results"]
+    assert {r["op"] for r in results} >= {"init + first all_reduce", "launch to exit"}
+    assert all(r["ranks"] == 2 and r["us_max"] > 0 and not r["note"] for r in results)
+
+
 def test_job_environment_outside_slurm(tmp_path):
     records = _probe([mpiexec(), "-n", "2"], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1]
