@@ -139,7 +139,12 @@ class MPIStore(KeyValueStore):
         return f"<MPIStore ranks={self._comm.Get_size()} capacity={self.capacity} max_keys={self.max_keys}>"
 
     def add(self, key: str, amount: int) -> int:
-        total = self._table.add(as_key(key).encode(), as_amount(amount))  # lock-free when possible
+        raw, amount = as_key(key).encode(), as_amount(amount)
+        total = self._table.add(raw, amount)  # one compare-and-swap on a counter this rank has seen
+        if total is None and self._table.load(raw) is not None:
+            # Someone else's counter (or one whose slot moved): reading it caches its slot, so this
+            # rank adds without the owner's lock, which a crowd of first-time adders would queue on.
+            total = self._table.add(raw, amount)
         return super().add(key, amount) if total is None else total
 
     def _load(self, key: bytes) -> bytes | None:
