@@ -82,6 +82,9 @@ def test_count_wrong_counts_elements_and_tolerates_rounding_only():
     (["startup", "--ranks", "0:4"], "bad rank counts"),
     (["stores", "-r", "0"], "not a positive integer"),
     (["p2p", "-f", "1"], "at least 2"),
+    (["collectives", "-n", "-1"], "is negative"),
+    (["torch", "--ddp-batch", "-4"], "is negative"),
+    (["startup", "--timeout", "0"], "positive number of seconds"),
 ])
 def test_bad_arguments_exit_2_before_any_communication(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import os
 import platform
 import sys
@@ -42,6 +43,20 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value
 
 
@@ -84,10 +99,12 @@ def _compare_option(sub: argparse.ArgumentParser) -> None:
 
 def _timing_options(sub: argparse.ArgumentParser, rounds: int) -> None:
     timing = sub.add_argument_group("timing")
-    timing.add_argument("-n", "--iters", type=int, default=0, help="calls per timed batch (default: calibrated)")
+    timing.add_argument("-n", "--iters", type=_non_negative, default=0,
+                        help="calls per timed batch (default 0: calibrated)")
     timing.add_argument("--batch-ms", type=float, default=10.0, help="calibrated batches last about this long")
     timing.add_argument("--max-iters", type=_positive, default=2000, help="cap on calibrated calls per batch")
-    timing.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls first, per size (default 5)")
+    timing.add_argument("-w", "--warmup", type=_non_negative, default=5,
+                        help="untimed calls first, per size (default 5)")
     timing.add_argument("-r", "--rounds", type=_positive, default=rounds, help=f"timed batches (default {rounds})")
 
 
@@ -101,6 +118,11 @@ def _sized_options(sub: argparse.ArgumentParser, ops: tuple[str, ...], default_o
     sub.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 
+def _reduction_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("-o", "--redop", choices=tuple(REDUCTIONS), default="sum")
+    sub.add_argument("-a", "--async", dest="async_op", action="store_true", help="async_op=True and wait()")
+
+
 def parser() -> argparse.ArgumentParser:
     """The bench's argument parser (its sub-commands are the sub-benchmarks)."""
     top = argparse.ArgumentParser(prog="python -m hpc_c10d bench", description=__doc__.split("\n")[0])
@@ -108,8 +130,7 @@ def parser() -> argparse.ArgumentParser:
 
     coll = subs.add_parser("collectives", help="collectives over a size sweep (nccl-tests columns)")
     _sized_options(coll, tuple(COLLECTIVES), "all_reduce")
-    coll.add_argument("-o", "--redop", choices=tuple(REDUCTIONS), default="sum")
-    coll.add_argument("-a", "--async", dest="async_op", action="store_true", help="async_op=True and wait()")
+    _reduction_options(coll)
     _timing_options(coll, 11)
     _output_options(coll)
     _compare_option(coll)
@@ -117,9 +138,8 @@ def parser() -> argparse.ArgumentParser:
     plug = subs.add_parser("torch", help="torch.distributed on backend 'hpc' (the plugin) vs gloo vs raw "
                                          "mpi4py, and a DDP step")
     _sized_options(plug, tuple(COLLECTIVES), "all_reduce", sizes="8:1M", factor=128)
-    plug.add_argument("-o", "--redop", choices=tuple(REDUCTIONS), default="sum")
-    plug.add_argument("-a", "--async", dest="async_op", action="store_true", help="async_op=True and wait()")
-    plug.add_argument("--ddp-batch", type=int, default=32, help="rows per rank in the DDP step (0: no DDP)")
+    _reduction_options(plug)
+    plug.add_argument("--ddp-batch", type=_non_negative, default=32, help="rows per rank in the DDP step (0: no DDP)")
     _timing_options(plug, 11)
     _output_options(plug)
 
@@ -142,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     start.add_argument("--launcher", choices=("auto", "mpiexec", "srun"), default="auto",
                        help="auto: srun inside a SLURM allocation, else mpiexec")
     start.add_argument("--repeats", type=_positive, default=3)
-    start.add_argument("--timeout", type=float, default=600.0, help="seconds per launch before it is killed")
+    start.add_argument("--timeout", type=_seconds, default=600.0, help="seconds per launch before it is killed")
     start.add_argument("--child", choices=("hpc_c10d", "torch"), help=argparse.SUPPRESS)
     start.add_argument("--out-dir", help=argparse.SUPPRESS)
     _output_options(start)
@@ -153,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--dir", default=".", help="where the files go")
     ckpt.add_argument("-r", "--rounds", type=_positive, default=5)
     _output_options(ckpt)
+    ckpt.set_defaults(compare=[])  # one implementation; h5py is measured inside the sub-benchmark
     return top
 
 
@@ -224,7 +245,7 @@ def _start_hpc_c10d(args: argparse.Namespace) -> tuple[Any, dict, list[str], dic
     dist.init_process_group()
     from mpi4py import MPI
 
-    comm, impls, notes = MPI.COMM_WORLD, _compared(args) if args.bench != "checkpoint" else [BASELINE], {}
+    comm, impls, notes = MPI.COMM_WORLD, _compared(args), {}
     apis: dict[str, tuple[Any, bool]] = {BASELINE: (dist, False)}
     if args.bench == "stores" and "mpi4py" in impls:
         impls.remove("mpi4py")
@@ -306,9 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     if args.bench == "startup":
         return _run_startup(args)
-    if getattr(args, "device", "cpu") == "cuda":
-        try:
-            import cupy  # noqa: F401
-        except ImportError as exc:
-            raise SystemExit(f"--device cuda needs cupy ({exc})") from exc
+    if getattr(args, "device", "cpu") == "cuda" and importlib.util.find_spec("cupy") is None:
+        raise SystemExit("--device cuda needs cupy (pip install 'hpc-c10d[cuda12]' or '[cuda13]')")
     return _run_in_job(args)

@@ -46,10 +46,11 @@ def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict
     return steps
 
 
-def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[], Any]],
+def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[], Any]], inp: Any, out: Any,
            failed: dict[str, str]) -> dict[str, int]:
-    """Run each implementation once on fresh inputs; wrong elements summed over ranks. An implementation
-    that cannot run this case (e.g. raw MPI has no bfloat16) moves from ``steps`` to ``failed``."""
+    """Run each implementation once on fresh inputs (every step works on ``inp`` and ``out``); wrong
+    elements summed over ranks. An implementation that cannot run this case (e.g. raw MPI has no
+    bfloat16) moves from ``steps`` to ``failed``."""
     from mpi4py import MPI
 
     fresh_in, fresh_out = op.buffers(case)
@@ -57,7 +58,6 @@ def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[
     corrupt = os.environ.get(CORRUPT_ENV, "")
     wrong = {}
     for impl in list(steps):
-        inp, out = steps[impl].buffers
         inp[...] = bench.to_device(fresh_in)
         out[...] = bench.to_device(fresh_out)
         try:
@@ -76,18 +76,6 @@ def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[
             got.flat[0] += 1
         wrong[impl] = bench.comm.allreduce(0 if expected is None else count_wrong(got, expected), op=MPI.SUM)
     return wrong
-
-
-class _Step:
-    """A call plus the buffers it works on (so the checking pass can refill them)."""
-
-    __slots__ = ("call", "buffers")
-
-    def __init__(self, call: Callable[[], Any], buffers: tuple[Any, Any]) -> None:
-        self.call, self.buffers = call, buffers
-
-    def __call__(self) -> Any:
-        return self.call()
 
 
 def _points(ops: list[str], first: int, last: int, factor: int, dtype: np.dtype, ranks: int) -> list[tuple]:
@@ -110,9 +98,9 @@ def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype
         host_in, host_out = op.buffers(case)
         inp = bench.to_device(host_in)
         out = inp if host_out is host_in else bench.to_device(host_out)
-        steps = {impl: _Step(step, (inp, out)) for impl, step in _steps(bench, op, inp, out, case.redop).items()}
+        steps = _steps(bench, op, inp, out, case.redop)
         failed: dict[str, str] = {}
-        wrong = _check(bench, op, case, steps, failed)
+        wrong = _check(bench, op, case, steps, inp, out, failed)
         inp[...] = 0  # timed calls then add zeros: no overflow, no denormals, same work
         out[...] = 0
         measured = bench.measure(steps)

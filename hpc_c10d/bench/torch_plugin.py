@@ -4,13 +4,12 @@ each (and the same step without DDP)."""
 
 from __future__ import annotations
 
-import os
-import socket
 from functools import partial
 from typing import Any, Callable
 
 from .report import Record
 from .sweep import Sweep
+from .torch_side import single_host
 
 __all__ = ["start", "OnGroup", "run_ddp", "PLUGIN", "GLOO"]
 
@@ -38,8 +37,7 @@ def start() -> tuple[Any, Any]:
     torch.set_num_threads(1)
     plugin.register()
     tdist.init_process_group(plugin.BACKEND_NAME, init_method="mpi://")
-    if len(set(MPI.COMM_WORLD.allgather(socket.gethostname()))) == 1:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    single_host(MPI.COMM_WORLD)  # gloo on the loopback interface when the job has one host
     return tdist, tdist.new_group(backend="gloo")
 
 

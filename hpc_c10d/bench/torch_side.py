@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["unavailable", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
+__all__ = ["unavailable", "single_host", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
 
 
 def unavailable(comm: Any) -> str | None:
@@ -24,10 +24,20 @@ def unavailable(comm: Any) -> str | None:
     return problems[0] if problems else None
 
 
+def single_host(comm: Any) -> str | None:
+    """This job's one host name, or None when its ranks span hosts. On one host, gloo is pointed at
+    the loopback interface (``GLOO_SOCKET_IFNAME=lo``, unless set): the host name may not resolve."""
+    hosts = comm.allgather(socket.gethostname())
+    if len(set(hosts)) > 1:
+        return None
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return hosts[0]
+
+
 def rendezvous(comm: Any) -> tuple[str, int]:
     """A host and free port on rank 0, chosen there and broadcast over MPI (what torch's env:// needs)."""
-    hosts = comm.allgather(socket.gethostname())
-    host = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+    host = "127.0.0.1" if single_host(comm) else socket.gethostname()
+    host = comm.bcast(host, root=0)
     port = None
     if comm.Get_rank() == 0:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -43,8 +53,6 @@ def init_torch(comm: Any, device: str) -> Any:
 
     torch.set_num_threads(1)
     host, port = rendezvous(comm)
-    if host == "127.0.0.1":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     tdist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://{host}:{port}",
                              rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=timedelta(seconds=300))
     return tdist
