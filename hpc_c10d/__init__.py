@@ -5,7 +5,7 @@
 the transport. Importing this package starts nothing; MPI starts in ``init_process_group``.
 """
 
-from . import distributed_c10d
+from . import distributed_c10d, nccl  # nccl: bind_local_device(); loads no CUDA library
 from .debug import set_debug_level, set_debug_level_from_env
 from .distributed_c10d import *  # noqa: F403 - the torch.distributed names
 from .distributed_c10d import (  # private names torch users import

@@ -62,7 +62,27 @@ def _split_into(parent: ProcessGroup, rank_lists: list[list[int]], backend: str 
             results.append(_register(comm, ranks, backend, timeout, desc, name))
         else:
             results.append(GroupMember.NON_GROUP_MEMBER)
+    _split_gpu_communicator(parent, color, results[color] if color is not None else None, backend)
     return results
+
+
+def _split_gpu_communicator(parent: ProcessGroup, color: int | None, child: ProcessGroup | None,
+                            backend: str | None) -> None:
+    """With a device bound, give the new groups their NCCL communicators now, split from the
+    parent's (collective over the parent, as the MPI split was); without NCCL's split, each new
+    group's members create theirs from a fresh unique ID."""
+    gpu = parent._transports.get("cuda")
+    config = parent._config if backend is None else BackendConfig(backend)
+    if parent.bound_device_id is None or gpu is None or "cuda" not in config.device_backend_map:
+        return
+    split = gpu._split(color, child._rank if child is not None else 0, child._size if child is not None else 0)
+    if child is None:
+        return
+    if split is None:
+        child._bind_device(parent.bound_device_id)
+    else:
+        child.bound_device_id = parent.bound_device_id
+        child._transport_for_device("cuda")._adopt(split)
 
 
 def _mpi() -> Any:
@@ -99,7 +119,7 @@ def new_group(
     mpi_group.Free()
     name = "local:" + ",".join(map(str, members))
     pg = _register(comm, members, backend, timeout, group_desc, name)
-    pg.bound_device_id = device_id
+    pg._bind_device(device_id)
     return pg
 
 

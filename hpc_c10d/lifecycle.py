@@ -132,13 +132,17 @@ def init_process_group(
     backend_name = str(config) if backend is None else Backend(backend)
     pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
                       timeout, "default_pg")
-    pg.bound_device_id = device_id
     _world.default_store = MPIStore(world, timeout=timeout) if store is None else store
     _world.default_pg = pg
     _world.groups.append(pg)
     _world.group_count = 1
     logs.configure()
     instrument(pg)
+    try:
+        pg._bind_device(device_id)  # NCCL now, when a device is bound: every rank succeeds or fails alike
+    except BaseException:
+        destroy_process_group()
+        raise
     run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
     watchdog.start(MPI, run_id)
 
@@ -184,8 +188,10 @@ def is_mpi_available() -> bool:
 
 
 def is_nccl_available() -> bool:
-    """Return True if the NCCL GPU backend can be loaded here."""
-    return is_backend_available("nccl") and importlib.util.find_spec("cupy") is not None
+    """Return True if the NCCL library loads here and CuPy (streams, events) is installed."""
+    from . import nccl
+
+    return importlib.util.find_spec("cupy") is not None and nccl.available()
 
 
 def is_gloo_available() -> bool:

@@ -147,6 +147,15 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._transports[device] = transport
         return transport
 
+    def _bind_device(self, device_id: Any) -> None:
+        """Remember the bound device; with a CUDA backend, create its NCCL communicator now
+        (collective over the group) instead of on the first GPU operation."""
+        self.bound_device_id = device_id
+        if device_id is not None and "cuda" in self._config.device_backend_map:
+            from .nccl.device import device_index
+
+            self._transport_for_device("cuda")._connect(device_index(device_id))
+
     def _wrap_transports(self, wrap: Callable[[Transport], Transport]) -> None:
         """Put ``wrap`` around every transport of this group, present and future (debug aids);
         a later wrap goes around the earlier ones."""

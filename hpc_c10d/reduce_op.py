@@ -6,7 +6,7 @@ import enum
 import warnings
 from typing import Any
 
-__all__ = ["ReduceOp", "RedOpType", "reduce_op", "_make_nccl_premul_sum"]
+__all__ = ["ReduceOp", "RedOpType", "reduce_op", "_make_nccl_premul_sum", "check_op_for_dtype"]
 
 
 class RedOpType(enum.IntEnum):
@@ -81,6 +81,23 @@ class ReduceOp:
     def __setstate__(self, state: tuple) -> None:
         self.op = RedOpType(state[0])
         self.factor = state[1]
+
+
+_COMPLEX_OK = frozenset({RedOpType.SUM, RedOpType.AVG, RedOpType.PREMUL_SUM})
+BITWISE = frozenset({RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR})
+
+
+def check_op_for_dtype(op: RedOpType, dtype: Any, name: str) -> None:
+    """ValueError for the (op, dtype) pairs torch refuses on every backend (``dtype``: a numpy dtype)."""
+    kind = dtype.kind
+    if kind == "c" and op not in _COMPLEX_OK:
+        raise ValueError(f"{name} does not support {op} on complex tensors")
+    if kind in "fcV" and op in BITWISE:
+        raise ValueError(f"{name} does not support bitwise {op} on floating-point dtype {dtype}")
+    if kind == "b" and op in (RedOpType.AVG, RedOpType.PREMUL_SUM):
+        raise ValueError(f"{name} does not support {op} on bool tensors")
+    if kind in "biu" and op is RedOpType.PREMUL_SUM:
+        raise ValueError(f"{name} supports PREMUL_SUM only on floating-point and complex dtypes, got {dtype}")
 
 
 def _make_nccl_premul_sum(factor: Any) -> ReduceOp:

@@ -142,8 +142,9 @@ class Watchdog:
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
-                self._timed_out(flight, now - first, limit)
+                self._timed_out(flight.describe(), now - first, limit, lambda text, t=flight.thread: _raise_in(t, text))
         self._seen = seen
+        self._check_gpu_work()
         if not self._answered and os.path.exists(self.alarm_path):
             self._answered = True
             self.dump("another rank raised the alarm")
@@ -166,8 +167,20 @@ class Watchdog:
         while time.monotonic() < deadline and len(flight_recorder.dumps_of(self.directory, self.run_id)) < size:
             time.sleep(0.05)
 
-    def _timed_out(self, flight: flight_recorder.InFlight, waited: float, limit: float) -> None:
-        message = (f"Watchdog caught collective operation timeout: {flight.describe()} has not completed "
+    def _check_gpu_work(self) -> None:
+        """GPU operations run on their own streams, so no thread is seen waiting for a stuck one:
+        ask each group's NCCL transport for its oldest operation still running."""
+        for pg in list(_world.groups):
+            gpu = pg._transports.get("cuda")
+            limit = pg._timeout.total_seconds()
+            stuck = gpu._overdue(limit) if gpu is not None else None
+            if stuck is not None and ("gpu", id(stuck)) not in self._fired:
+                self._fired.add(("gpu", id(stuck)))
+                what = f"{stuck.op_name} on cuda:{stuck._device} in group {pg._name!r} ({pg._desc})"
+                self._timed_out(what, stuck.age(), limit, lambda text: gpu.abort())  # its Work.wait raises
+
+    def _timed_out(self, what: str, waited: float, limit: float, raise_error: Any) -> None:
+        message = (f"Watchdog caught collective operation timeout: {what} has not completed "
                    f"after {waited:.1f} s (timeout {limit:g} s)")
         logger.error("%s; policy %r", message, self.policy)
         self.raise_alarm(message)
@@ -178,8 +191,13 @@ class Watchdog:
         if self.policy == "abort":
             _abort_job(self._MPI)
         elif self.policy == "raise":
-            error = type("CollectiveTimeout", (DistBackendError,), {"__init__": lambda e: DistBackendError.__init__(e, message)})
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(flight.thread), ctypes.py_object(error))
+            raise_error(message)
+
+
+def _raise_in(thread: int, message: str) -> None:
+    """Raise DistBackendError(message) in ``thread`` as soon as it runs Python again."""
+    error = type("CollectiveTimeout", (DistBackendError,), {"__init__": lambda e: DistBackendError.__init__(e, message)})
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(error))
 
 
 _watchdog: Watchdog | None = None

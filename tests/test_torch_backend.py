@@ -231,11 +231,11 @@ def test_bad_input_raises_on_every_rank_before_communicating():
     tdist.barrier()  # everyone is still in step
 
 
-def test_cuda_is_not_claimed_without_an_nccl_transport():
+def test_cuda_is_claimed_only_with_the_gpu_extras():
     import importlib.util
 
     from hpc_c10d.torch._registration import devices
 
-    has_nccl = importlib.util.find_spec("hpc_c10d.nccl") is not None
-    assert devices() == (["cpu", "cuda"] if has_nccl else ["cpu"])
+    has_cupy = importlib.util.find_spec("cupy") is not None
+    assert devices() == (["cpu", "cuda"] if has_cupy else ["cpu"])
     assert tdist.Backend.backend_capability["hpc"] == devices()

@@ -23,6 +23,7 @@ __all__ = ["main", "parser"]
 
 _DTYPES = ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 _COMPARABLE = ("mpi4py", "torch")
+_GPU_ONLY = ("nccl",)  # the direct NCCL call, beside hpc_c10d's all_reduce on --device cuda
 
 
 def _choices(allowed: tuple[str, ...], everything: str = "all"):
@@ -92,9 +93,10 @@ def _output_options(sub: argparse.ArgumentParser) -> None:
 
 
 def _compare_option(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--compare", nargs="?", const=list(_COMPARABLE), default=[], type=_choices(_COMPARABLE),
-                     metavar="IMPLS",
-                     help="also run raw mpi4py and torch.distributed (default both; torch only where installed)")
+    sub.add_argument("--compare", nargs="?", const=list(_COMPARABLE), default=[],
+                     type=_choices(_COMPARABLE + _GPU_ONLY), metavar="IMPLS",
+                     help="also run raw mpi4py and torch.distributed (default both; torch only where installed); "
+                          "with --device cuda, 'nccl' adds the direct ncclAllReduce call")
 
 
 def _timing_options(sub: argparse.ArgumentParser, rounds: int) -> None:
@@ -329,4 +331,6 @@ def main(argv: list[str] | None = None) -> int:
         return _run_startup(args)
     if getattr(args, "device", "cpu") == "cuda" and importlib.util.find_spec("cupy") is None:
         raise SystemExit("--device cuda needs cupy (pip install 'hpc-c10d[cuda12]' or '[cuda13]')")
+    if "nccl" in getattr(args, "compare", []) and getattr(args, "device", "cpu") != "cuda":
+        raise SystemExit("--compare nccl needs --device cuda")
     return _run_in_job(args)

@@ -35,6 +35,11 @@ def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict
     root = bench.rank == 0
     steps = {}
     for impl in bench.impls:
+        if impl == "nccl":
+            from .nccl_direct import direct_step
+
+            steps[impl] = direct_step(op.name, inp, member)
+            continue
         if impl == "mpi4py":
             from mpi4py import MPI
 

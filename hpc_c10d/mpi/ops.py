@@ -16,7 +16,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 from ..arrays import SUPPORTED, raise_unsupported
-from ..reduce_op import RedOpType
+from ..reduce_op import RedOpType, check_op_for_dtype
 
 __all__ = ["mpi_datatype", "Reduction", "REDUCTIONS", "reduction"]
 
@@ -83,8 +83,6 @@ _NUMPY_FUNCS = {
     RedOpType.SUM: np.add, RedOpType.AVG: np.add, RedOpType.PREMUL_SUM: np.add,
     RedOpType.PRODUCT: np.multiply, RedOpType.MIN: np.minimum, RedOpType.MAX: np.maximum,
 }
-_COMPLEX_OK = frozenset({RedOpType.SUM, RedOpType.AVG, RedOpType.PREMUL_SUM})
-_BITWISE = frozenset({RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR})
 
 # One dict per op, indexed by the op's value: the hot path looks up ``REDUCTIONS[op].get(dtype)``
 # without building a key tuple.
@@ -105,22 +103,10 @@ def _user_op(op: RedOpType, dtype: np.dtype) -> MPI.Op:
     return user_op
 
 
-def _check(op: RedOpType, dtype: np.dtype, name: str) -> None:
-    kind = dtype.kind
-    if kind == "c" and op not in _COMPLEX_OK:
-        raise ValueError(f"{name} does not support {op} on complex tensors")
-    if kind in "fcV" and op in _BITWISE:
-        raise ValueError(f"{name} does not support bitwise {op} on floating-point dtype {dtype}")
-    if kind == "b" and op in (RedOpType.AVG, RedOpType.PREMUL_SUM):
-        raise ValueError(f"{name} does not support {op} on bool tensors")
-    if kind in "biu" and op is RedOpType.PREMUL_SUM:
-        raise ValueError(f"{name} supports PREMUL_SUM only on floating-point and complex dtypes, got {dtype}")
-
-
 def _build(op: RedOpType, dtype: np.dtype, name: str) -> Reduction:
     if dtype not in SUPPORTED:
         raise_unsupported(dtype, f"{name}: the array")
-    _check(op, dtype, name)
+    check_op_for_dtype(op, dtype, name)
     datatype, native = _lookup(dtype)
     average = op is RedOpType.AVG
     if dtype.kind == "b":

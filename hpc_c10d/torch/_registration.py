@@ -16,8 +16,9 @@ BACKEND_NAME = "hpc"
 
 
 def devices() -> list[str]:
-    """The device types backend ``"hpc"`` serves: CPU, and CUDA once hpc_c10d has its NCCL transport."""
-    return ["cpu", "cuda"] if importlib.util.find_spec("hpc_c10d.nccl") is not None else ["cpu"]
+    """The device types backend ``"hpc"`` serves: CPU, and CUDA where the GPU extras (CuPy, with
+    NCCL beside it) are installed. Checked without loading either: this runs at ``import torch``."""
+    return ["cpu", "cuda"] if importlib.util.find_spec("cupy") is not None else ["cpu"]
 
 
 def _create(options: Any, backend_options: Any) -> Any:

@@ -47,7 +47,20 @@ class PyHpcC10d(PythonPackage, CudaPackage):
         )
         depends_on(f"nccl +cuda cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
 
-    import_modules = ["hpc_c10d", "hpc_c10d.checkpoint", "hpc_c10d.mpi", "hpc_c10d.store"]
+    import_modules = [
+        "hpc_c10d",
+        "hpc_c10d.checkpoint",
+        "hpc_c10d.mpi",
+        "hpc_c10d.nccl",
+        "hpc_c10d.store",
+    ]
+
+    def setup_run_environment(self, env):
+        # The NCCL transport then loads Spack's NCCL, not the first libnccl the loader finds.
+        if self.spec.satisfies("+cuda"):
+            env.set(
+                "HPC_C10D_NCCL_LIBRARY", join_path(self.spec["nccl"].prefix.lib, "libnccl.so.2")
+            )
 
     def test_two_ranks(self):
         """all_reduce of np.ones(3) over two MPI ranks gives 2.0"""

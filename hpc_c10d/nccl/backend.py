@@ -1,0 +1,417 @@
+"""``NCCLBackend``: every collective and point-to-point operation on GPU arrays, over NCCL.
+
+Stream semantics are ProcessGroupNCCL's. An operation records an event on the caller's
+current stream (torch's or cupy's), makes the communicator's own stream wait for it, runs
+there, and records a second event. A blocking call then makes the caller's stream wait for
+that event and returns at once: the host never blocks. ``async_op=True`` hands back a
+``CUDAWork`` instead, and its ``wait()`` does the same.
+
+Communicators are created on a group's first GPU collective, or eagerly when a device is
+bound. Point-to-point operations use the group's communicator once it exists. Before that,
+a send or receive gets a two-rank communicator with its peer (as torch does), so it involves
+nobody else.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Sequence
+
+from ..errors import DistBackendError
+from ..transport import Transport
+from ..work import Work
+from . import cuda, library
+from .buffers import DeviceBuffer, as_device_buffer, contiguous_input
+from .comm import Communicator
+from .dtypes import BYTES, nccl_reduction
+from .work import CUDAWork
+
+__all__ = ["NCCLBackend"]
+
+_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+_PRUNE_PER_CALL = 4  # finished Works released per call (their buffers go back to the allocator)
+
+Enqueue = Callable[[int, int], None]  # (communicator handle, stream handle)
+# One NCCL call (or device copy) of a group: (handle, stream, PREMUL_SUM ops created) -> ncclResult_t
+Step = Callable[[int, int, list], int]
+
+
+def _overlap(a: DeviceBuffer, b: DeviceBuffer) -> bool:
+    return a.ptr < b.end() and b.ptr < a.end() and a.nbytes > 0 and b.nbytes > 0
+
+
+def _span(blocks: Sequence[DeviceBuffer]) -> DeviceBuffer | None:
+    """One buffer over ``blocks`` when they lie back to back in order (``tensor.chunk(n)``)."""
+    end = blocks[0].ptr
+    for block in blocks:
+        if block.ptr != end or block.dtype != blocks[0].dtype or block.device != blocks[0].device:
+            return None
+        end = block.end()
+    first = blocks[0]
+    return DeviceBuffer(first.ptr, sum(b.size for b in blocks), first.dtype, (sum(b.size for b in blocks),),
+                        first.device, [b.owner for b in blocks], first.kind, True)
+
+
+def _offsets(counts: Sequence[int]) -> list[int]:
+    offsets, total = [], 0
+    for count in counts:
+        offsets.append(total)
+        total += count
+    return offsets
+
+
+class NCCLBackend(Transport):
+    """GPU collectives of one group; one NCCL communicator per CUDA device the group uses."""
+
+    device = "cuda"
+
+    def __init__(self, comm: Any, timeout: Any = None) -> None:
+        self._nccl = library.load()
+        self._mpi = comm
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+        self._timeout = timeout
+        self._comms: dict[int, Communicator] = {}
+        self._pairs: dict[tuple[int, int], Communicator] = {}  # (device, peer): before the group's exists
+        self._pending: collections.deque[CUDAWork] = collections.deque()
+
+    # ---- arrays ---------------------------------------------------------------------------
+    @staticmethod
+    def adapt_input(x: Any, name: str) -> DeviceBuffer:
+        return contiguous_input(as_device_buffer(x, name))
+
+    @staticmethod
+    def adapt_output(x: Any, name: str, writable: bool = True) -> DeviceBuffer:
+        buf = as_device_buffer(x, name)
+        if not buf.contiguous:
+            raise ValueError(f"`{name}` must be C-contiguous because the result is written into it in place; "
+                             "pass a contiguous array (cupy.ascontiguousarray / tensor.contiguous()) and copy back")
+        if writable and buf.readonly:
+            raise ValueError(f"`{name}` is read-only, but the result is written into it in place")
+        return buf
+
+    # ---- communicators --------------------------------------------------------------------
+    def _connect(self, device: int) -> Communicator:
+        """The group's communicator on ``device``; creating it is collective over the group."""
+        comm = self._comms.get(device)
+        if comm is None:
+            comm = self._comms[device] = Communicator.from_mpi(self._nccl, self._mpi, device,
+                                                               f"a group of {self._size} on cuda:{device}")
+        return comm
+
+    def _split(self, color: int | None, key: int, size: int) -> Communicator | None:
+        """Collective over the group: split its (only) communicator; None if there is none to split."""
+        if len(self._comms) != 1 or not self._nccl.has_split:
+            return None
+        (comm,) = self._comms.values()
+        return comm.split(color, key, size)
+
+    def _adopt(self, comm: Communicator) -> None:
+        """Use ``comm`` (split from the parent group's) as this group's communicator on its device."""
+        self._comms[comm.device] = comm
+
+    def _pair(self, device: int, peer: int) -> tuple[Communicator, int]:
+        """(communicator, peer's rank in it) for point-to-point with ``peer``."""
+        comm = self._comms.get(device)
+        if comm is not None:
+            return comm, peer
+        pair = self._pairs.get((device, peer))
+        if pair is None:
+            lo, hi = sorted((self._rank, peer))
+            group = self._mpi.Get_group().Incl([lo, hi])
+            mpi_pair = self._mpi.Create_group(group, tag=7)
+            group.Free()
+            try:
+                pair = Communicator.from_mpi(self._nccl, mpi_pair, device, f"ranks {lo} and {hi} on cuda:{device}")
+            finally:
+                mpi_pair.Free()
+            self._pairs[(device, peer)] = pair
+        return pair, 0 if peer < self._rank else 1
+
+    # ---- launching ------------------------------------------------------------------------
+    def _launch(self, name: str, comm: Communicator, anchor: DeviceBuffer, enqueue: Enqueue, async_op: bool,
+                outputs: list, keep: Any) -> CUDAWork | None:
+        """Run ``enqueue`` on ``comm``'s stream, ordered after the caller's stream; track it."""
+        if comm.aborted:
+            raise DistBackendError(f"{name}: the NCCL communicator on cuda:{comm.device} was aborted; "
+                                   "create a new group to go on")
+        caller = cuda.caller_stream(anchor)
+        with cuda.device_guard(comm.device):
+            ready = cuda.new_event()
+            ready.record(caller)
+            comm.stream.wait_event(ready)
+            enqueue(comm.handle, comm.stream.ptr)
+            done = cuda.new_event()
+            done.record(comm.stream)
+        work = CUDAWork(done, comm, outputs, keep, name, anchor)
+        self._track(work)
+        if async_op:
+            return work
+        caller.wait_event(done)
+        return None
+
+    def _track(self, work: CUDAWork) -> None:
+        pending = self._pending
+        for _ in range(_PRUNE_PER_CALL):
+            if not pending or not pending[0]._event.done:
+                break
+            pending.popleft()._complete()
+        pending.append(work)
+
+    def _group(self, calls: list[Step], what: str) -> Enqueue:
+        """One enqueue step running ``calls`` between ncclGroupStart and ncclGroupEnd (a single
+        NCCL call runs alone). PREMUL_SUM ops are destroyed once the group has been queued."""
+        nccl = self._nccl
+
+        def enqueue(handle: int, stream: int) -> None:
+            created: list[int] = []
+            grouped = len(calls) > 1
+            if grouped:
+                nccl.check(nccl.ncclGroupStart(), "ncclGroupStart")
+            try:
+                for call in calls:
+                    nccl.check(call(handle, stream, created), what)
+            finally:
+                if grouped:
+                    nccl.check(nccl.ncclGroupEnd(), f"ncclGroupEnd ({what})")
+                for op in created:
+                    nccl.check(nccl.ncclRedOpDestroy(op, handle), "ncclRedOpDestroy")
+
+        return enqueue
+
+    def _copy(self, dst: DeviceBuffer, src: DeviceBuffer) -> Step:
+        """A step that copies ``src`` into ``dst`` on the stream (0 for success, like NCCL's calls)."""
+        memcpy = cuda.cupy().cuda.runtime.memcpyAsync
+
+        def copy(handle: int, stream: int, created: list) -> int:
+            memcpy(dst.ptr, src.ptr, src.nbytes, _DEVICE_TO_DEVICE, stream)
+            return 0
+
+        return copy
+
+    def _device(self, buffers: Sequence[DeviceBuffer], name: str) -> int:
+        devices = {b.device for b in buffers}
+        if len(devices) != 1:
+            raise ValueError(f"{name}: every array must be on one CUDA device, got {sorted(devices)}")
+        return devices.pop()
+
+    def _reduced(self, name: str, op: Any, buf: DeviceBuffer, call: Callable[..., int]) -> Step:
+        """A reduction step: ``call(handle, stream, count, datatype, nccl_op)`` for ``buf``'s
+        elements, with a PREMUL_SUM op made for the call (the group destroys it)."""
+        red = nccl_reduction(op, buf.dtype, name)
+        count, nccl = buf.size * red.width, self._nccl
+        if red.factor is None:
+            return lambda handle, stream, created: call(handle, stream, count, red.datatype, red.op)
+
+        def premul(handle: int, stream: int, created: list) -> int:
+            created.append(nccl.premul_sum(red.factor, red.datatype, handle))
+            return call(handle, stream, count, red.datatype, created[-1])
+
+        return premul
+
+    # ---- collectives ----------------------------------------------------------------------
+    def allreduce(self, buf, op, async_op, user):
+        nccl = self._nccl
+        step = self._reduced("all_reduce", op, buf, lambda handle, stream, count, datatype, nccl_op: (
+            nccl.ncclAllReduce(buf.ptr, buf.ptr, count, datatype, nccl_op, handle, stream)))
+        return self._launch("all_reduce", self._connect(buf.device), buf, self._group([step], "ncclAllReduce"),
+                            async_op, [user], buf)
+
+    def broadcast(self, buf, root, async_op, user):
+        nccl = self._nccl
+        step = self._moving(lambda handle, stream: nccl.ncclBroadcast(
+            buf.ptr, buf.ptr, buf.nbytes, BYTES, root, handle, stream))
+        return self._launch("broadcast", self._connect(buf.device), buf, self._group([step], "ncclBroadcast"),
+                            async_op, [user], buf)
+
+    def reduce(self, buf, root, op, async_op, user):
+        nccl = self._nccl
+        step = self._reduced("reduce", op, buf, lambda handle, stream, count, datatype, nccl_op: (
+            nccl.ncclReduce(buf.ptr, buf.ptr, count, datatype, nccl_op, root, handle, stream)))
+        return self._launch("reduce", self._connect(buf.device), buf, self._group([step], "ncclReduce"),
+                            async_op, [user], buf)
+
+    @staticmethod
+    def _moving(call: Callable[[int, int], int]) -> Step:
+        """A step that moves bytes (no reduction, so no PREMUL_SUM op to make)."""
+        return lambda handle, stream, created: call(handle, stream)
+
+    def _staged(self, buf: DeviceBuffer) -> DeviceBuffer:
+        """A fresh device buffer shaped like ``buf``."""
+        cp = cuda.cupy()
+        with cuda.device_guard(buf.device):
+            staging = cp.empty(buf.nbytes, dtype=cp.uint8)
+        return DeviceBuffer(staging.data.ptr, buf.size, buf.dtype, buf.shape, buf.device, staging, "cupy", True)
+
+    def _unaliased(self, inp: DeviceBuffer, outs: Sequence[DeviceBuffer], in_place_ptr: int,
+                   steps: list) -> DeviceBuffer:
+        """``inp``, or a copy of it (queued in ``steps``) when it overlaps an output anywhere but
+        at NCCL's in-place position ``in_place_ptr``."""
+        if inp.ptr != in_place_ptr and any(_overlap(out, inp) for out in outs):
+            staged = self._staged(inp)
+            steps.append(self._copy(staged, inp))
+            return staged
+        return inp
+
+    def allgather(self, out, inp, async_op, user):
+        device = self._device([out, inp], "all_gather_into_tensor")
+        steps: list[Step] = []
+        send = self._unaliased(inp, [out], out.ptr + self._rank * inp.nbytes, steps)
+        nccl = self._nccl
+        steps.append(self._moving(lambda handle, stream: nccl.ncclAllGather(
+            send.ptr, out.ptr, send.nbytes, BYTES, handle, stream)))
+        return self._launch("all_gather_into_tensor", self._connect(device), out,
+                            self._group(steps, "ncclAllGather"), async_op, [user], (out, inp, send))
+
+    def allgather_list(self, outs, inp, async_op, user):
+        span = _span(outs)
+        if span is not None and not _overlap(span, inp):
+            return self.allgather(span, inp, async_op, user)
+        device = self._device([inp, *outs], "all_gather")
+        nccl = self._nccl
+        steps = [self._moving(lambda handle, stream, r=r, o=o: nccl.ncclBroadcast(
+            inp.ptr, o.ptr, o.nbytes, BYTES, r, handle, stream)) for r, o in enumerate(outs)]
+        return self._launch("all_gather", self._connect(device), inp, self._group(steps, "ncclBroadcast"),
+                            async_op, user, (outs, inp))
+
+    def _exchange(self, sends: dict[int, DeviceBuffer], recvs: dict[int, DeviceBuffer]) -> list[Step]:
+        """Grouped steps: ``sends[peer]`` to each peer, ``recvs[peer]`` from each; this rank's own
+        block is a device copy."""
+        nccl, me, steps = self._nccl, self._rank, []
+        if me in sends and me in recvs:
+            steps.append(self._copy(recvs.pop(me), sends.pop(me)))
+        for peer, buf in sends.items():
+            steps.append(self._moving(lambda handle, stream, b=buf, p=peer: nccl.ncclSend(
+                b.ptr, b.nbytes, BYTES, p, handle, stream)))
+        for peer, buf in recvs.items():
+            steps.append(self._moving(lambda handle, stream, b=buf, p=peer: nccl.ncclRecv(
+                b.ptr, b.nbytes, BYTES, p, handle, stream)))
+        return steps
+
+    def gather_list(self, outs, inp, root, async_op, user):
+        device = self._device([inp, *(outs or ())], "gather")
+        recvs = dict(enumerate(outs)) if self._rank == root else {}
+        steps = self._exchange({root: inp}, recvs)
+        return self._launch("gather", self._connect(device), inp, self._group(steps, "ncclSend/ncclRecv"),
+                            async_op, user, (outs, inp))
+
+    def scatter_list(self, out, inps, root, async_op, user):
+        device = self._device([out, *(inps or ())], "scatter")
+        sends = dict(enumerate(inps)) if self._rank == root else {}
+        steps = self._exchange(sends, {root: out})
+        return self._launch("scatter", self._connect(device), out, self._group(steps, "ncclSend/ncclRecv"),
+                            async_op, [user], (out, inps))
+
+    def _reduce_scatter_steps(self, out: DeviceBuffer, send: DeviceBuffer, op: Any, steps: list) -> Enqueue:
+        nccl = self._nccl
+        steps.append(self._reduced("reduce_scatter", op, out, lambda handle, stream, count, datatype, nccl_op: (
+            nccl.ncclReduceScatter(send.ptr, out.ptr, count, datatype, nccl_op, handle, stream))))
+        return self._group(steps, "ncclReduceScatter")
+
+    def reduce_scatter(self, out, inp, op, async_op, user):
+        device = self._device([out, inp], "reduce_scatter_tensor")
+        steps: list[Step] = []
+        send = self._unaliased(inp, [out], out.ptr - self._rank * out.nbytes, steps)
+        enqueue = self._reduce_scatter_steps(out, send, op, steps)
+        return self._launch("reduce_scatter", self._connect(device), out, enqueue, async_op, [user], (out, inp, send))
+
+    def reduce_scatter_list(self, out, inps, op, async_op, user):
+        span = _span(inps)
+        if span is not None and not _overlap(span, out):
+            return self.reduce_scatter(out, span, op, async_op, user)
+        device = self._device([out, *inps], "reduce_scatter")
+        total = sum(i.size for i in inps)
+        staging = self._staged(DeviceBuffer(0, total, out.dtype, (total,), device, None, "cupy", True))
+        steps = [self._copy(block, i) for block, i in zip(self._blocks(staging, [i.size for i in inps]).values(), inps)]
+        enqueue = self._reduce_scatter_steps(out, staging, op, steps)
+        return self._launch("reduce_scatter", self._connect(device), out, enqueue, async_op, [user],
+                            (out, inps, staging))
+
+    def _blocks(self, buf: DeviceBuffer, counts: Sequence[int] | None) -> dict[int, DeviceBuffer]:
+        """``buf`` cut into per-rank blocks of ``counts`` elements (equal blocks when None)."""
+        if counts is None:
+            counts = [buf.size // self._size] * self._size
+        item = buf.dtype.itemsize
+        return {r: DeviceBuffer(buf.ptr + offset * item, count, buf.dtype, (count,), buf.device, None, buf.kind,
+                                True)
+                for r, (count, offset) in enumerate(zip(counts, _offsets(counts)))}
+
+    def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
+        device = self._device([out, inp], "all_to_all_single")
+        steps: list[Step] = []
+        send = self._unaliased(inp, [out], -1, steps)
+        steps += self._exchange(self._blocks(send, in_counts), self._blocks(out, out_counts))
+        return self._launch("all_to_all_single", self._connect(device), out, self._group(steps, "ncclSend/ncclRecv"),
+                            async_op, [user], (out, inp, send))
+
+    def alltoall_list(self, outs, inps, async_op, user):
+        device = self._device([*outs, *inps], "all_to_all")
+        steps: list[Step] = []
+        sends = {r: self._unaliased(i, outs, -1, steps) for r, i in enumerate(inps)}
+        steps += self._exchange(dict(sends), dict(enumerate(outs)))
+        return self._launch("all_to_all", self._connect(device), outs[0], self._group(steps, "ncclSend/ncclRecv"),
+                            async_op, user, (outs, inps, sends))
+
+    def barrier(self, async_op):
+        """Wait for this group's GPU work to finish on this rank, then for every rank (over MPI)."""
+        for comm in self._comms.values():
+            comm.stream.synchronize()
+        if async_op:
+            return Work([self._mpi.Ibarrier()], [])
+        self._mpi.Barrier()
+        return None
+
+    # ---- point-to-point -------------------------------------------------------------------
+    def send(self, buf, peer, tag, async_op, user):
+        comm, rank = self._pair(buf.device, peer)
+        steps = self._exchange({rank: buf}, {})
+        return self._launch("send", comm, buf, self._group(steps, "ncclSend"), async_op, [user], buf)
+
+    def recv(self, buf, peer, tag, async_op, user):
+        if peer is None:
+            raise ValueError("the NCCL backend cannot receive from any source: pass src")
+        comm, rank = self._pair(buf.device, peer)
+        steps = self._exchange({}, {rank: buf})
+        work = self._launch("recv", comm, buf, self._group(steps, "ncclRecv"), async_op, [user], buf)
+        return work if async_op else peer
+
+    def batch_p2p(self, ops: Sequence[tuple[bool, DeviceBuffer, int, Any]]) -> list[CUDAWork]:
+        """Every (is_send, buffer, peer, user) in one NCCL group, on the group's communicator
+        (created by this call if needed: then every rank of the group must call it, as in torch)."""
+        device = self._device([buf for _, buf, _, _ in ops], "batch_isend_irecv")
+        nccl, steps = self._nccl, []
+        for is_send, buf, peer, _ in ops:
+            call = nccl.ncclSend if is_send else nccl.ncclRecv
+            steps.append(self._moving(lambda handle, stream, c=call, b=buf, p=peer: c(
+                b.ptr, b.nbytes, BYTES, p, handle, stream)))
+        work = self._launch("batch_isend_irecv", self._connect(device), ops[0][1], self._group(steps, "ncclSend/ncclRecv"),
+                            True, [user for _, _, _, user in ops], ops)
+        return [work] * len(ops)
+
+    # ---- health and lifetime --------------------------------------------------------------
+    def _overdue(self, limit_s: float) -> CUDAWork | None:
+        """The oldest GPU operation still running after ``limit_s`` seconds, if any (read-only:
+        the watchdog thread calls it)."""
+        for work in list(self._pending):
+            if not work._event.done:
+                return work if work.age() > limit_s else None
+        return None
+
+    def abort(self) -> None:
+        """Abort every NCCL communicator of this group (operations in flight end with an error)."""
+        errors = []
+        for comm in [*self._comms.values(), *self._pairs.values()]:
+            try:
+                comm.abort()
+            except DistBackendError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise DistBackendError("; ".join(errors))
+
+    def close(self) -> None:
+        for comm in [*self._comms.values(), *self._pairs.values()]:
+            comm.destroy()
+        self._comms.clear()
+        self._pairs.clear()
+        self._pending.clear()
+

@@ -1,0 +1,95 @@
+"""CUDA streams and events for the NCCL backend, through CuPy (imported on first GPU use).
+
+Torch tensors need no CuPy objects of their own: their stream is read from torch as a raw
+handle and wrapped, so one code path serves cupy arrays, torch tensors and other producers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .buffers import DeviceBuffer
+
+__all__ = ["cupy", "caller_stream", "new_stream", "new_event", "device_guard", "device_count", "pci_bus_id"]
+
+_LEGACY_DEFAULT, _PER_THREAD_DEFAULT = 1, 2  # __cuda_array_interface__ stream codes
+_CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread
+
+
+def cupy() -> Any:
+    """The cupy module; RuntimeError naming the extra to install when it is missing."""
+    try:
+        import cupy as module
+    except ImportError as exc:
+        raise RuntimeError("the NCCL backend uses CuPy for streams and events: install hpc-c10d[cuda13] "
+                           "or hpc-c10d[cuda12] (cupy-cuda13x/12x and the matching NCCL)") from exc
+    return module
+
+
+class _RawStream:
+    """A raw ``cudaStream_t`` speaking the CUDA stream protocol (for ``Stream.from_external``)."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.ptr
+
+
+_external: dict[tuple[int, int], Any] = {}
+
+
+def _wrap(ptr: int, device: int) -> Any:
+    """A cupy Stream object for someone else's stream handle (cached: it is made once per stream)."""
+    stream = _external.get((ptr, device))
+    if stream is None:
+        streams = cupy().cuda
+        if hasattr(streams.Stream, "from_external"):  # CuPy 14 deprecates ExternalStream
+            stream = streams.Stream.from_external(_RawStream(ptr))
+        else:
+            stream = streams.ExternalStream(ptr, device)
+        _external[(ptr, device)] = stream
+    return stream
+
+
+def caller_stream(buf: DeviceBuffer) -> Any:
+    """The stream the caller queues work on for ``buf``: torch's or cupy's current stream, or the
+    one an array interface names (its legacy default stream when it names none)."""
+    if buf.kind == "torch":
+        import torch
+
+        return _wrap(torch.cuda.current_stream(buf.device).cuda_stream, buf.device)
+    if buf.kind == "cupy":
+        return cupy().cuda.get_current_stream(buf.device)
+    hint = buf.stream_hint
+    ptr = 0 if hint in (None, _LEGACY_DEFAULT) else _CUDA_STREAM_PER_THREAD if hint == _PER_THREAD_DEFAULT else hint
+    return _wrap(ptr, buf.device)
+
+
+def device_guard(device: int) -> Any:
+    """A context manager that makes ``device`` current."""
+    return cupy().cuda.Device(device)
+
+
+def new_stream(device: int) -> Any:
+    """A non-blocking stream on ``device`` for one communicator's operations."""
+    with device_guard(device):
+        return cupy().cuda.Stream(non_blocking=True)
+
+
+def new_event() -> Any:
+    """An event without timing (cheapest to record and query), on the current device."""
+    return cupy().cuda.Event(disable_timing=True)
+
+
+def device_count() -> int:
+    """Visible CUDA devices (0 when there is no driver or no GPU)."""
+    try:
+        return cupy().cuda.runtime.getDeviceCount()
+    except Exception:  # cupy's CUDARuntimeError, or no cupy at all: no usable GPU
+        return 0
+
+
+def pci_bus_id(device: int) -> str:
+    """The PCI bus id of ``device``: the same physical GPU gives the same id in every process."""
+    return cupy().cuda.runtime.deviceGetPCIBusId(device)

@@ -1,0 +1,117 @@
+"""``CUDAWork``: a GPU operation queued on a communicator's stream, tracked by a CUDA event.
+
+As in torch's ProcessGroupNCCL, ``wait()`` does not block the host: it makes the caller's
+current stream wait for the operation's event. ``wait(timeout)`` and ``synchronize()``-style
+host blocking are opt-in. The Work keeps every buffer alive until the event has passed, so a
+caller that drops its array early cannot hand the memory back to the allocator mid-operation.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from ..errors import DistBackendError
+from ..work import Future, Work
+from . import cuda
+from .buffers import DeviceBuffer
+
+__all__ = ["CUDAWork"]
+
+_POLL_S = 1e-4
+
+
+class CUDAWork(Work):
+    """One operation (or one group of NCCL calls) on one communicator."""
+
+    __slots__ = ("_event", "_comm", "_device", "_caller", "op_name", "_started")
+
+    def __init__(self, event: Any, comm: Any, outputs: list, keep: Any, op_name: str, caller: DeviceBuffer) -> None:
+        super().__init__((), outputs, None, keep)
+        self._done = False
+        self._event = event
+        self._comm = comm
+        self._device = comm.device
+        self._caller = caller  # whose current stream ``wait`` holds back
+        self.op_name = op_name
+        self._started = time.monotonic()
+
+    def _raise_async_error(self) -> None:
+        if self._exception is None:
+            error = self._comm.async_error()
+            if error is not None:
+                self._exception = DistBackendError(f"{self.op_name} failed on cuda:{self._device}: {error}")
+        if self._exception is not None:
+            raise self._exception
+
+    def is_completed(self) -> bool:
+        """True once the GPU has passed the operation (never blocks); raises NCCL's async error."""
+        if not self._done:
+            self._raise_async_error()
+            if not self._event.done:
+                return False
+            self._complete()
+        return True
+
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        """Make the caller's current stream wait for the operation (the host does not block).
+
+        With ``timeout`` the host waits too, and DistBackendError is raised past it (the
+        communicator is aborted first, as torch does, so no rank stays stuck in NCCL).
+        """
+        if timeout is not None:
+            self._wait_host(timeout)
+        elif not self._done:
+            self._raise_async_error()
+            cuda.caller_stream(self._caller).wait_event(self._event)
+        if self._exception is not None:
+            raise self._exception
+        return True
+
+    def _wait_host(self, timeout: timedelta | float) -> None:
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        deadline = time.monotonic() + seconds
+        while not self.is_completed():
+            if time.monotonic() > deadline:
+                self._comm.abort()
+                self._exception = DistBackendError(
+                    f"Work.wait timed out after {seconds:g} s waiting for {self.op_name} on cuda:{self._device}; "
+                    "its NCCL communicator was aborted")
+                raise self._exception
+            time.sleep(_POLL_S)
+
+    def synchronize(self) -> None:
+        """Same as ``wait()``: the caller's stream waits for the operation."""
+        self.wait()
+
+    def block_host(self) -> None:
+        """Block the host until the GPU has finished the operation."""
+        if not self._done:
+            self._event.synchronize()
+            self._raise_async_error()
+            self._complete()
+
+    def get_future(self) -> Future:
+        """A Future completed (with the outputs) once the GPU has passed the operation."""
+        if self._future is None:
+            self._future = _EventFuture(self)
+            if self._done:
+                self._future.set_result(self._outputs)
+        return self._future
+
+    def age(self) -> float:
+        """Seconds since the operation was queued."""
+        return time.monotonic() - self._started
+
+
+class _EventFuture(Future):
+    """A future whose ``wait`` blocks the host until the event passes (torch's NCCL futures
+    make the current stream wait instead; a host wait is the safe superset)."""
+
+    __slots__ = ()
+
+    def wait(self) -> Any:
+        if not self._done and self._work is not None:
+            self._work.block_host()
+        return self.value()

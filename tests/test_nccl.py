@@ -1,0 +1,184 @@
+"""The NCCL backend's parts that need no GPU: torch's dtype and op rules for NCCL, the library
+binding, device choice and parsing, and (under mpiexec) the MPI exchange of unique IDs and
+the collective refusal when a rank has no GPU. GPU operations are in test_nccl_gpu.py."""
+
+import numpy as np
+import pytest
+
+import hpc_c10d as dist
+from hpc_c10d.arrays import SUPPORTED_DTYPES, bfloat16
+from hpc_c10d.errors import DistBackendError
+from hpc_c10d.nccl import library
+from hpc_c10d.nccl.buffers import _c_contiguous, as_device_buffer
+from hpc_c10d.nccl.device import device_index, local_device
+from hpc_c10d.nccl.dtypes import nccl_reduction
+from hpc_c10d.nccl.library import DataType, RedOp
+from hpc_c10d.reduce_op import ReduceOp, RedOpType
+
+needs_nccl = pytest.mark.skipif(not library.available(),
+                                reason="the NCCL library is not installed (pip install nvidia-nccl-cu13)")
+
+
+def _dtype(name):
+    return bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+NCCL_TYPES = {"int8": DataType.INT8, "uint8": DataType.UINT8, "int32": DataType.INT32, "uint32": DataType.UINT32,
+              "int64": DataType.INT64, "uint64": DataType.UINT64, "float16": DataType.FLOAT16,
+              "float32": DataType.FLOAT32, "float64": DataType.FLOAT64, "bfloat16": DataType.BFLOAT16,
+              "bool": DataType.UINT8, "complex64": DataType.FLOAT32, "complex128": DataType.FLOAT64}
+
+
+@pytest.mark.parametrize("name", SUPPORTED_DTYPES)
+@pytest.mark.parametrize("op", [RedOpType.SUM, RedOpType.AVG, RedOpType.PRODUCT, RedOpType.MIN, RedOpType.MAX])
+def test_reductions_follow_torchs_nccl_rules(name, op):
+    dtype = _dtype(name)
+    if name in ("int16", "uint16"):
+        with pytest.raises(TypeError, match="not supported for NCCL"):
+            nccl_reduction(op, dtype, "all_reduce")
+        return
+    if (name.startswith("complex") and op not in (RedOpType.SUM, RedOpType.AVG)) or (name == "bool" and op is RedOpType.AVG):
+        with pytest.raises(ValueError, match="does not support"):
+            nccl_reduction(op, dtype, "all_reduce")
+        return
+    red = nccl_reduction(op, dtype, "all_reduce")
+    assert red.datatype == NCCL_TYPES[name]
+    assert red.width == (2 if name.startswith("complex") else 1)
+    expected = {RedOpType.SUM: RedOp.SUM, RedOpType.AVG: RedOp.AVG, RedOpType.PRODUCT: RedOp.PROD,
+                RedOpType.MIN: RedOp.MIN, RedOpType.MAX: RedOp.MAX}[op]
+    if name == "bool" and op is RedOpType.SUM:
+        expected = RedOp.MAX  # "any", as torch's NCCL backend maps it
+    assert (red.op, red.factor) == (expected, None)
+
+
+@pytest.mark.parametrize("op", [RedOpType.BAND, RedOpType.BOR, RedOpType.BXOR])
+@pytest.mark.parametrize("name", ["int32", "uint8", "bool"])
+def test_bitwise_reductions_raise_as_torch_does(op, name):
+    with pytest.raises(ValueError, match=f"Cannot use ReduceOp.{op.name} with NCCL"):
+        nccl_reduction(op, _dtype(name), "all_reduce")
+
+
+@pytest.mark.parametrize("name,factor", [("float32", 0.25), ("float64", 1 / 3), ("float16", 0.5),
+                                         ("bfloat16", 0.125), ("complex64", 2.0), ("complex128", complex(0.5, 0))])
+def test_premul_sum_carries_its_factor_in_the_nccl_type(name, factor):
+    red = nccl_reduction(dist._make_nccl_premul_sum(factor), _dtype(name), "all_reduce")
+    element = {"complex64": np.float32, "complex128": np.float64}.get(name, _dtype(name))
+    assert red.op is None
+    assert np.frombuffer(red.factor, dtype=element)[0] == np.asarray(complex(factor).real, dtype=element)
+
+
+def test_premul_sum_refuses_complex_factors_and_integers():
+    with pytest.raises(ValueError, match="must be real"):
+        nccl_reduction(dist._make_nccl_premul_sum(1j), np.dtype(np.complex64), "all_reduce")
+    with pytest.raises(ValueError, match="PREMUL_SUM only on floating-point"):
+        nccl_reduction(dist._make_nccl_premul_sum(2), np.dtype(np.int32), "all_reduce")
+
+
+def test_a_reduce_op_instance_works_like_its_member():
+    assert nccl_reduction(ReduceOp(RedOpType.MAX), np.dtype(np.float32), "all_reduce").op == RedOp.MAX
+
+
+def test_device_choice_is_local_rank_modulo_visible_gpus():
+    assert [local_device(r, 4) for r in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert [local_device(r, 1) for r in range(3)] == [0, 0, 0]  # SLURM: one GPU per task, seen as 0
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        local_device(0, 0)
+
+
+def test_device_ids_parse_like_torch_devices():
+    assert device_index(3) == 3
+    assert device_index("cuda:2") == 2
+    with pytest.raises(ValueError, match="must be a CUDA device"):
+        device_index("cpu")
+    with pytest.raises(ValueError, match="non-negative"):
+        device_index(-1)
+    for bad in (True, 1.5, None):
+        with pytest.raises(TypeError):
+            device_index(bad)
+
+
+def test_device_ids_accept_torch_devices():
+    torch = pytest.importorskip("torch")
+    assert device_index(torch.device("cuda", 1)) == 1
+    with pytest.raises(ValueError, match="must be a CUDA device"):
+        device_index(torch.device("cpu"))
+
+
+def test_contiguity_from_array_interface_strides():
+    assert _c_contiguous((2, 3), None, 4)
+    assert _c_contiguous((2, 3), (12, 4), 4)
+    assert not _c_contiguous((2, 3), (4, 8), 4)  # Fortran order
+    assert _c_contiguous((1, 3), (999, 4), 4)  # extent 1: its stride does not matter
+
+
+def test_host_arrays_are_not_device_buffers():
+    with pytest.raises(TypeError, match="expected `tensor` to be a CUDA array"):
+        as_device_buffer(np.zeros(3))
+    with pytest.raises(TypeError, match="expected `x` to be a CUDA array"):
+        as_device_buffer([1, 2], "x")
+
+
+@needs_nccl
+def test_library_loads_without_a_gpu_and_gives_fresh_unique_ids():
+    nccl = library.load()
+    major, minor, _ = nccl.version
+    assert (major, minor) >= (2, 7)
+    assert nccl.has_split == ((major, minor) >= (2, 18))
+    first, second = nccl.unique_id(), nccl.unique_id()
+    assert len(first) == len(second) == library.UNIQUE_ID_BYTES
+    assert first != second
+
+
+@needs_nccl
+def test_library_errors_name_the_call_and_nccls_reason():
+    nccl = library.load()
+    with pytest.raises(DistBackendError, match=r"NCCL error in ncclTest: .*NCCL 2\."):
+        nccl.check(4, "ncclTest")  # ncclInvalidArgument
+    nccl.check(0, "ncclTest")
+
+
+def test_a_missing_library_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(library, "_loaded", None)
+    monkeypatch.setattr(library, "_failure", None)
+    monkeypatch.setenv(library.LIBRARY_ENV, str(tmp_path / "libnccl.so.2"))
+    with pytest.raises(RuntimeError, match=f"could not be loaded .*{library.LIBRARY_ENV}"):
+        library.load()
+    assert not library.available()
+
+
+@pytest.mark.mpi(min_size=2)
+@needs_nccl
+def test_unique_id_reaches_every_rank_over_mpi(world):
+    from mpi4py import MPI
+
+    from hpc_c10d.nccl.comm import exchange_unique_id
+
+    comm = MPI.COMM_WORLD
+    nccl = library.load()
+    ids = [exchange_unique_id(comm, nccl) for _ in range(2)]
+    for uid in ids:
+        assert len(uid) == library.UNIQUE_ID_BYTES
+        assert comm.allgather(uid) == [uid] * comm.Get_size()
+    assert ids[0] != ids[1]
+    odd = comm.Split(comm.Get_rank() % 2, comm.Get_rank())  # a subgroup gets an ID of its own
+    sub_id = exchange_unique_id(odd, nccl)
+    assert odd.allgather(sub_id) == [sub_id] * odd.Get_size()
+    assert sub_id not in ids
+    odd.Free()
+
+
+@pytest.mark.mpi(min_size=2)
+@needs_nccl
+def test_a_rank_without_a_gpu_fails_every_rank_alike(world):
+    from mpi4py import MPI
+
+    from hpc_c10d.nccl import cuda
+    from hpc_c10d.nccl.comm import check_members
+
+    if cuda.device_count() > 0:
+        pytest.skip("this machine has a GPU; the refusal is for ranks without one")
+    with pytest.raises(DistBackendError, match="no CUDA device is visible") as caught:
+        check_members(MPI.COMM_WORLD, 0, "the test group")
+    message = str(caught.value)
+    assert all(f"rank {r} on" in message for r in range(MPI.COMM_WORLD.Get_size()))
+    assert MPI.COMM_WORLD.allgather(message) == [message] * MPI.COMM_WORLD.Get_size()
