@@ -252,6 +252,9 @@ def _start_hpc_c10d(args: argparse.Namespace) -> tuple[Any, dict, list[str], dic
     if args.bench == "stores" and "mpi4py" in impls:
         impls.remove("mpi4py")
         notes["mpi4py"] = "a store has no raw-MPI counterpart"
+    if getattr(args, "device", "cpu") == "cuda" and "mpi4py" in impls:  # a host MPI would read device memory
+        impls.remove("mpi4py")
+        notes["mpi4py"] = "raw mpi4py on GPU arrays needs a CUDA-aware MPI; compare with --compare nccl"
     tdist = None
     if "torch" in impls:
         from .torch_side import init_torch, unavailable
