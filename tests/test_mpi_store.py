@@ -440,6 +440,28 @@ def test_many_keys(comm, rank, size):
         _agree(comm, empty)
 
 
+def test_stale_slot_hints_fall_back_to_a_full_lookup(comm, rank, size):
+    """A get remembers the slot it found a value in; a key that moved, went or turned into a
+    counter since must still read right (every rank reads every other rank's keys)."""
+    with _store(max_keys=256) as store:
+        table = store._table
+        _agree(comm, lambda: [store.set(f"hint{rank}-{i}", f"v{i}") for i in range(8)])
+
+        def read_all(expect):
+            for r in range(size):
+                for i in range(8):
+                    assert store.get(f"hint{r}-{i}") == expect(r, i), (r, i)
+
+        _agree(comm, read_all, lambda r, i: f"v{i}".encode())  # every key now has a hint
+        own = [f"hint{rank}-{i}".encode() for i in range(8)]
+        _agree(comm, lambda: [table._hints.__setitem__(key, table._hints[own[0]]) for key in own[1:]])  # wrong slots
+        _agree(comm, read_all, lambda r, i: f"v{i}".encode())
+        _agree(comm, lambda: [store.delete_key(f"hint{rank}-{i}") for i in range(0, 8, 2)])
+        _agree(comm, lambda: [store.add(f"hint{rank}-{i}", 5) for i in range(0, 8, 2)])  # re-created as counters
+        _agree(comm, lambda: [store.set(f"hint{rank}-{i}", "w" * 100) for i in range(1, 8, 2)])  # moved to the heap
+        _agree(comm, read_all, lambda r, i: b"5" if i % 2 == 0 else b"w" * 100)
+
+
 # ----------------------------------------------------------------------------- 6. timeouts and blocking
 
 

@@ -60,7 +60,7 @@ _VALUE_MASK = (1 << _VALUE_BITS) - 1
 _GEN_MASK = (1 << (64 - _VALUE_BITS)) - 1
 _LIMIT = 1 << (_VALUE_BITS - 1)
 _CANONICAL = re.compile(rb"-?(?:0|[1-9][0-9]{0,13})")
-_CACHED_COUNTERS = 1 << 16
+_CACHED_KEYS = 1 << 16  # per cache: key placements, counter slots, value slots
 
 
 def size_class(nbytes: int) -> tuple[int, int]:
@@ -139,6 +139,8 @@ class ShardedTable:
         self._pending: list[Any] = []  # origin buffers of puts not yet flushed
         self._versions = [0] * self._size  # last even version seen per rank (first CAS guess)
         self._counters: dict[bytes, tuple[int, int, int]] = {}  # key -> (rank, slot, counter word)
+        self._places: dict[bytes, tuple[int, int, int]] = {}  # key -> (owner, tag, first slot)
+        self._hints: dict[bytes, int] = {}  # key -> the slot its value was last found in
 
     # --- placement --------------------------------------------------------------------------
     def owner(self, key: bytes) -> int:
@@ -146,6 +148,15 @@ class ShardedTable:
         return self._locate(key)[0]
 
     def _locate(self, key: bytes) -> tuple[int, int, int]:
+        """(owner rank, tag, first slot) of ``key``: hashed once, then remembered."""
+        found = self._places.get(key)
+        if found is None:
+            if len(self._places) >= _CACHED_KEYS:
+                self._places.clear()
+            found = self._places[key] = self._place(key)
+        return found
+
+    def _place(self, key: bytes) -> tuple[int, int, int]:
         digest = hashlib.blake2b(key, digest_size=16).digest()
         tag = int.from_bytes(digest[8:], "little", signed=True)
         return (int.from_bytes(digest[:8], "little") % self._size, tag + 2 if tag in (0, 1) else tag,
@@ -275,6 +286,22 @@ class ShardedTable:
             index = (index + count) % self._nslots
         return None, reusable
 
+    def _at(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
+        """The key's slot if it is still at ``index`` (one slot read), else None."""
+        probe = self._probe[:_SLOT_WORDS]
+        self._get(rank, _SLOTS + index * _SLOT, probe)
+        self._flush(rank)
+        words = probe.tolist()
+        if words[0] != tag or words[2] != len(key):
+            return None
+        slot = _Slot(index, words[:6])
+        record = self._record(rank, slot, self._probe_bytes[_INLINE_AT:_SLOT], True)
+        if record[:slot.key_size] != key:
+            return None
+        if not slot.counter:
+            slot.value = record[slot.key_size:]
+        return slot
+
     def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
         size = slot.record_size() if with_value else slot.key_size
         if slot.offset < 0:
@@ -298,7 +325,14 @@ class ShardedTable:
                     return str(_value(now)).encode()
                 del self._counters[key]
             rank, tag, start = self._locate(key)
-            slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
+            hint = self._hints.get(key)
+            slot = None if hint is None else self._consistent(rank, lambda: self._at(rank, key, tag, hint))
+            if slot is None:
+                slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
+                if slot is not None and not slot.counter:
+                    if len(self._hints) >= _CACHED_KEYS:
+                        self._hints.clear()
+                    self._hints[key] = slot.index
         if slot is None:
             return None
         if slot.counter:
@@ -338,7 +372,7 @@ class ShardedTable:
 
     # --- counters without the lock ----------------------------------------------------------
     def _remember(self, key: bytes, rank: int, index: int, word: int) -> None:
-        if len(self._counters) >= _CACHED_COUNTERS:
+        if len(self._counters) >= _CACHED_KEYS:
             self._counters.clear()
         self._counters[key] = (rank, index, word)
 

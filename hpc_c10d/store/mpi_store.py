@@ -147,6 +147,10 @@ class MPIStore(KeyValueStore):
             total = self._table.add(raw, amount)
         return super().add(key, amount) if total is None else total
 
+    def get(self, key: str) -> bytes:
+        value = self._table.load(as_key(key).encode())  # present already: no polling machinery
+        return super().get(key) if value is None else value
+
     def _load(self, key: bytes) -> bytes | None:
         return self._table.load(key)
 
