@@ -462,6 +462,31 @@ def test_stale_slot_hints_fall_back_to_a_full_lookup(comm, rank, size):
         _agree(comm, read_all, lambda r, i: b"5" if i % 2 == 0 else b"w" * 100)
 
 
+def test_readers_never_see_a_half_written_value(comm, rank, size):
+    """Rank 0 rewrites one small key while the others read it lock-free (the checksum path):
+    every value read must be one that was written whole, never a mix of two."""
+    if size < 2:
+        pytest.skip("needs a writer and a reader")
+    with _store() as store:
+        _agree(comm, lambda: store.set("torn", "0" * 64) if rank == 0 else None)
+        rounds = 300
+
+        def race():
+            if rank == 0:
+                for i in range(1, rounds + 1):
+                    store.set("torn", f"{i:08d}" * 8 if i % 3 else f"{i:04d}" * 4)  # two lengths, same slot
+                store.set("torn-done", "1")
+                return
+            seen = 0
+            while not store.check(["torn-done"]) or seen == 0:
+                value = store.get("torn").decode()
+                width = 8 if len(value) == 64 else 4
+                assert len(value) in (16, 64) and value == value[:width] * (len(value) // width), value
+                seen += 1
+
+        _agree(comm, race)
+
+
 # ----------------------------------------------------------------------------- 6. timeouts and blocking
 
 

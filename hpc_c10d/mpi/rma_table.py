@@ -6,14 +6,17 @@ reach it with plain loads and stores) laid out as::
     header  version | heap top | visible keys | live keys | used slots | free-list heads
     slots   nslots x 128 bytes, open addressing:
             tag | value size (-1: counter) | key size | heap offset (-1: inline) | heap block size
-            | counter word | 80 bytes inline for key and value
+            | counter word | checksum | 72 bytes inline for key and value
     heap    ``capacity`` bytes of blocks in size classes (4 per power of two)
 
 A key's hash picks its owner rank and its first slot. The window stays in one
 ``Lock_all(MODE_NOCHECK)`` epoch for its whole life. Writers take the owner's ``version``
 word from even to odd with ``Compare_and_swap``, write, flush and make it even again;
 readers never write: they read the version, the slots, the version again and retry on a
-change (a sequence lock), so thousands of ranks polling one key do not contend.
+change (a sequence lock), so thousands of ranks polling one key do not contend. A reader that
+remembers where a small value lives reads just that slot, in one round trip: the slot's
+checksum (over its header words and inline record, written by the writer) tells a whole slot
+from a half-written one, so no version read is needed; a mismatch falls back to the lock.
 
 Values that are canonical decimal integers (counters) live in the slot's counter word:
 20 bits of generation over a 44-bit signed value, changed only by ``Compare_and_swap``.
@@ -48,7 +51,8 @@ _SLOTS = _FREE + _CLASSES * _WORD
 _SLOT_WORDS = 16
 _SLOT = _SLOT_WORDS * _WORD
 _COUNTER_AT = 5 * _WORD  # byte offset of the counter word in a slot
-_INLINE_AT = 6 * _WORD
+_CHECKSUM_AT = 6 * _WORD
+_INLINE_AT = 7 * _WORD
 _INLINE = _SLOT - _INLINE_AT
 _EMPTY, _TOMBSTONE = 0, 1
 _IS_COUNTER = -1
@@ -94,6 +98,12 @@ def _as_counter(value: bytes) -> int | None:
     return number if -_LIMIT <= number < _LIMIT else None
 
 
+def _checksum(header: list[int], record: bytes) -> int:
+    """The word a writer stores beside an inline record: a hash of the header words and record."""
+    digest = hashlib.blake2b(np.array(header[:5], np.int64).tobytes() + record, digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
 class _Torn(Exception):
     """A lock-free read saw a half-written slot; read again."""
 
@@ -101,12 +111,13 @@ class _Torn(Exception):
 class _Slot:
     """One slot as read: its index, its words, and its key and text value once fetched."""
 
-    __slots__ = ("index", "value_size", "key_size", "offset", "block", "word", "value")
+    __slots__ = ("index", "value_size", "key_size", "offset", "block", "word", "value", "whole")
 
     def __init__(self, index: int, words: list[int]) -> None:
         self.index = index
         _, self.value_size, self.key_size, self.offset, self.block, self.word = words[:6]
         self.value: bytes | None = None
+        self.whole = False  # read lock-free and proven consistent by its checksum
 
     @property
     def counter(self) -> bool:
@@ -287,7 +298,8 @@ class ShardedTable:
         return None, reusable
 
     def _at(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
-        """The key's slot if it is still at ``index`` (one slot read), else None."""
+        """The key's slot if it is still at ``index`` (one slot read), else None; ``slot.whole``
+        says its checksum vouches for it (an inline text value: no version check needed)."""
         probe = self._probe[:_SLOT_WORDS]
         self._get(rank, _SLOTS + index * _SLOT, probe)
         self._flush(rank)
@@ -300,6 +312,7 @@ class ShardedTable:
             return None
         if not slot.counter:
             slot.value = record[slot.key_size:]
+            slot.whole = slot.offset < 0 and words[_CHECKSUM_AT // _WORD] == _checksum(words, record)
         return slot
 
     def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
@@ -326,7 +339,9 @@ class ShardedTable:
                 del self._counters[key]
             rank, tag, start = self._locate(key)
             hint = self._hints.get(key)
-            slot = None if hint is None else self._consistent(rank, lambda: self._at(rank, key, tag, hint))
+            slot = None if hint is None else self._at(rank, key, tag, hint)
+            if slot is not None and not slot.whole:  # a counter, a heap value or a torn slot
+                slot = self._consistent(rank, lambda: self._at(rank, key, tag, hint))
             if slot is None:
                 slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
                 if slot is not None and not slot.counter:
@@ -495,14 +510,16 @@ class ShardedTable:
             desired = _counter(_gen(word) + 1, number)
             self._swap(rank, self._counter_disp(index), word, desired)
             self._remember(key, rank, index, desired)
+        header = [tag, _IS_COUNTER if number is not None else len(value), len(key), offset, block]
         if offset < 0:
-            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, key if number is not None else key + value)
+            record = key if number is not None else key + value
+            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, record)
+            self._put_words(rank, _SLOTS + index * _SLOT + _CHECKSUM_AT, _checksum(header, record))
         else:
             self._put(rank, self._heap + offset, key)
             if number is None:
                 self._put(rank, self._heap + offset + len(key), value)
-        self._put_words(rank, _SLOTS + index * _SLOT, tag, _IS_COUNTER if number is not None else len(value),
-                        len(key), offset, block)
+        self._put_words(rank, _SLOTS + index * _SLOT, *header)
 
     def _allocate(self, rank: int, need: int) -> tuple[int, int]:
         cls, size = size_class(need)
