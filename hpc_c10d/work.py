@@ -104,6 +104,7 @@ class Work:
     __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future")
 
     _status = None  # receives (``ReceiveWork``) fill an MPI status
+    _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
     op_name = "operation"
 
     def __init__(
@@ -236,8 +237,34 @@ class ReceiveWork(Work):
         return self._status.Get_source()
 
 
+class _WorkList(Work):
+    """Works of different kinds (GPU ones track CUDA events, not MPI requests) as one."""
+
+    __slots__ = ("_works",)
+    _mpi_requests = False
+
+    def __init__(self, works: Sequence[Work], outputs: list) -> None:
+        super().__init__((), outputs, None, None)
+        self._done = False
+        self._works = list(works)
+
+    def is_completed(self) -> bool:
+        if not self._done and all(work.is_completed() for work in self._works):
+            self._complete()
+        return self._done
+
+    def wait(self, timeout: timedelta | float | None = None) -> bool:
+        for work in self._works:
+            work.wait(timeout)
+        if not self._done:
+            self._complete()
+        return True
+
+
 def combine_works(works: Sequence[Work], outputs: list) -> Work:
     """Return one Work that completes when every Work in ``works`` has."""
+    if not all(work._mpi_requests for work in works):  # GPU work among them: wait on each
+        return _WorkList(works, outputs)
     requests = [request for work in works for request in work._requests]
 
     def finish() -> None:

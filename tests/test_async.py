@@ -357,3 +357,22 @@ def test_async_invalid_op_raises_at_call(world, rank, size):
     x = np.ones(3, np.complex64)
     raises_everywhere(lambda: dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True))
     assert_same(x, np.ones(3, np.complex64))
+
+
+def test_works_of_mixed_kinds_combine_by_waiting_on_each(world, rank, size):
+    """combine_works pools MPI requests; a Work that is not made of them (a GPU one) makes it wait
+    on each Work instead. Exercised here with Works that take the per-Work path on CPU."""
+    from hpc_c10d.work import Work, combine_works
+
+    class Unpooled(Work):  # completes through its own wait, as CUDAWork does
+        __slots__ = ()
+        _mpi_requests = False
+
+    x, y = np.full(4, rank + 1.0), np.full(2, rank + 1.0)
+    works = [dist.all_reduce(x, async_op=True), Unpooled(dist.all_reduce(y, async_op=True)._requests, [y])]
+    combined = combine_works(works, [x, y])
+    assert type(combined).__name__ == "_WorkList"
+    assert combined.get_future().wait() == [x, y]
+    assert combined.is_completed() and all(w.is_completed() for w in works)
+    expected = size * (size + 1) / 2
+    assert (x == expected).all() and (y == expected).all()

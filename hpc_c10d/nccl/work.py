@@ -26,6 +26,7 @@ class CUDAWork(Work):
     """One operation (or one group of NCCL calls) on one communicator."""
 
     __slots__ = ("_event", "_comm", "_device", "_caller", "op_name", "_started")
+    _mpi_requests = False
 
     def __init__(self, event: Any, comm: Any, outputs: list, keep: Any, op_name: str, caller: DeviceBuffer) -> None:
         super().__init__((), outputs, None, keep)
