@@ -279,7 +279,11 @@ class NCCLBackend(Transport):
         block is a device copy."""
         nccl, me, steps = self._nccl, self._rank, []
         if me in sends and me in recvs:
-            steps.append(self._copy(recvs.pop(me), sends.pop(me)))
+            own_in, own_out = sends.pop(me), recvs.pop(me)
+            if own_in.nbytes != own_out.nbytes:
+                raise ValueError(f"the block this rank sends itself ({own_in.size} elements) must match the block "
+                                 f"it receives ({own_out.size})")
+            steps.append(self._copy(own_out, own_in))
         for peer, buf in sends.items():
             steps.append(self._moving(lambda handle, stream, b=buf, p=peer: nccl.ncclSend(
                 b.ptr, b.nbytes, BYTES, p, handle, stream)))
