@@ -265,6 +265,24 @@ def test_subgroups_get_split_or_fresh_communicators(gpu):
     dist.destroy_process_group(evens)
 
 
+def test_groups_made_while_a_device_is_bound_split_the_parents_communicator(gpu):
+    world = dist.group.WORLD
+    dist.all_reduce(cupy.ones(1))  # the world's communicator on this GPU exists
+    world._bind_device(gpu)  # as init_process_group(device_id=...) does
+    try:
+        group = dist.new_group(list(range(dist.get_world_size()))[::-1][:max(1, dist.get_world_size() - 1)])
+        if group is not dist.GroupMember.NON_GROUP_MEMBER:
+            transport = group._transports["cuda"]  # created by the split, before any GPU operation
+            x = cupy.full(5, dist.get_rank() + 1, dtype=cupy.float32)
+            dist.all_reduce(x, group=group)
+            members = dist.get_process_group_ranks(group)
+            assert float(x[0]) == sum(r + 1 for r in members)
+            assert len(transport._comms) == 1
+        dist.destroy_process_group(group)
+    finally:
+        world.bound_device_id = None
+
+
 def test_an_aborted_communicator_refuses_further_work(gpu):
     group = dist.new_group(list(range(dist.get_world_size())))
     dist.all_reduce(cupy.ones(4), group=group)
