@@ -154,7 +154,7 @@ def test_cpu_template_runs_as_documented(job_dir):
     out = _output(job_dir, "hpc_c10d-cpu", job_id)
     assert rc == 0, f"{err}\n{out}"
     assert f"launcher srun; SLURM job {job_id}.0 on 1 node(s)" in out, out
-    assert "world size     4 on 1 node(s)" in out, out
+    assert "world size       4 on 1 node(s)" in out, out
     assert "training on 4 rank(s)" in out and "replicas identical: True" in out, out
 
 
