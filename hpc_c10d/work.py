@@ -81,7 +81,7 @@ class Future:
 
     def then(self, callback: Callable[["Future"], Any]) -> "Future":
         """Return a future holding ``callback(self)``, computed when this one completes."""
-        chained = Future(self._work)
+        chained = type(self)(self._work)  # a GPU future chains into a GPU future
 
         def run(fut: Future) -> None:
             try:

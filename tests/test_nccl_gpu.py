@@ -214,6 +214,9 @@ def test_async_work_waits_on_the_stream_and_completes(gpu):
     assert future.wait()[0] is y
     assert float(y[0]) == size
     assert dist.all_reduce(cupy.ones(4), async_op=True).wait(timeout=60)
+    z = cupy.ones(8, dtype=cupy.float32)
+    doubled = dist.all_reduce(z, async_op=True).get_future().then(lambda fut: fut.value()[0] * 2).wait()
+    assert float(doubled[0]) == 2 * size  # a chained future of GPU work waits for it too
 
 
 def test_torch_cuda_tensors_including_bfloat16(gpu):
