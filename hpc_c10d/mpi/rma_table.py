@@ -315,6 +315,17 @@ class ShardedTable:
             slot.whole = slot.offset < 0 and words[_CHECKSUM_AT // _WORD] == _checksum(words, record)
         return slot
 
+    def _hinted(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
+        """The key's slot at ``index``: one read when its checksum vouches for it, else read again
+        under the sequence lock (a counter, a heap value, a torn read); None if it is not there."""
+        try:
+            slot = self._at(rank, key, tag, index)
+            if slot is None or slot.whole:
+                return slot
+        except _Torn:  # header words from two writes: only the lock can tell what is there
+            pass
+        return self._consistent(rank, lambda: self._at(rank, key, tag, index))
+
     def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
         size = slot.record_size() if with_value else slot.key_size
         if slot.offset < 0:
@@ -339,9 +350,7 @@ class ShardedTable:
                 del self._counters[key]
             rank, tag, start = self._locate(key)
             hint = self._hints.get(key)
-            slot = None if hint is None else self._at(rank, key, tag, hint)
-            if slot is not None and not slot.whole:  # a counter, a heap value or a torn slot
-                slot = self._consistent(rank, lambda: self._at(rank, key, tag, hint))
+            slot = None if hint is None else self._hinted(rank, key, tag, hint)
             if slot is None:
                 slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
                 if slot is not None and not slot.counter:
