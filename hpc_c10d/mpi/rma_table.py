@@ -98,6 +98,13 @@ def _as_counter(value: bytes) -> int | None:
     return number if -_LIMIT <= number < _LIMIT else None
 
 
+def _cache(table: dict, key: bytes, value: Any) -> None:
+    """Store ``value`` in one of the per-key caches, emptying it first once it is full."""
+    if len(table) >= _CACHED_KEYS:
+        table.clear()
+    table[key] = value
+
+
 def _checksum(header: list[int], record: bytes) -> int:
     """The word a writer stores beside an inline record: a hash of the header words and record."""
     digest = hashlib.blake2b(np.array(header[:5], np.int64).tobytes() + record, digest_size=8).digest()
@@ -162,9 +169,8 @@ class ShardedTable:
         """(owner rank, tag, first slot) of ``key``: hashed once, then remembered."""
         found = self._places.get(key)
         if found is None:
-            if len(self._places) >= _CACHED_KEYS:
-                self._places.clear()
-            found = self._places[key] = self._place(key)
+            found = self._place(key)
+            _cache(self._places, key, found)
         return found
 
     def _place(self, key: bytes) -> tuple[int, int, int]:
@@ -286,12 +292,10 @@ class ShardedTable:
                     return None, (index + j, True) if reusable is None else reusable
                 if slot_tag == _TOMBSTONE:
                     reusable = (index + j, False) if reusable is None else reusable
-                elif slot_tag == tag and words[first + 2] == len(key):
-                    slot = _Slot(index + j, words[first:first + 6])
-                    record = self._record(rank, slot, raw[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
-                    if record[:slot.key_size] == key:
-                        if with_value and not slot.counter:
-                            slot.value = record[slot.key_size:]
+                elif slot_tag == tag:  # other keys' slots: no slicing, no record read
+                    slot = self._match(rank, key, tag, index + j, words[first:first + _SLOT_WORDS],
+                                       raw[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
+                    if slot is not None:
                         return slot, reusable
             seen += count
             index = (index + count) % self._nslots
@@ -304,15 +308,23 @@ class ShardedTable:
         self._get(rank, _SLOTS + index * _SLOT, probe)
         self._flush(rank)
         words = probe.tolist()
+        slot = self._match(rank, key, tag, index, words, self._probe_bytes[_INLINE_AT:_SLOT], True)
+        if slot is not None and slot.value is not None and slot.offset < 0:
+            slot.whole = words[_CHECKSUM_AT // _WORD] == _checksum(words, key + slot.value)
+        return slot
+
+    def _match(self, rank: int, key: bytes, tag: int, index: int, words: list[int], inline: memoryview,
+               with_value: bool) -> _Slot | None:
+        """The slot at ``index`` (its words as read, its inline bytes) if it holds ``key``, with
+        the text value when ``with_value``; None otherwise."""
         if words[0] != tag or words[2] != len(key):
             return None
         slot = _Slot(index, words[:6])
-        record = self._record(rank, slot, self._probe_bytes[_INLINE_AT:_SLOT], True)
+        record = self._record(rank, slot, inline, with_value)
         if record[:slot.key_size] != key:
             return None
-        if not slot.counter:
+        if with_value and not slot.counter:
             slot.value = record[slot.key_size:]
-            slot.whole = slot.offset < 0 and words[_CHECKSUM_AT // _WORD] == _checksum(words, record)
         return slot
 
     def _hinted(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
@@ -354,9 +366,7 @@ class ShardedTable:
             if slot is None:
                 slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
                 if slot is not None and not slot.counter:
-                    if len(self._hints) >= _CACHED_KEYS:
-                        self._hints.clear()
-                    self._hints[key] = slot.index
+                    _cache(self._hints, key, slot.index)
         if slot is None:
             return None
         if slot.counter:
@@ -396,9 +406,7 @@ class ShardedTable:
 
     # --- counters without the lock ----------------------------------------------------------
     def _remember(self, key: bytes, rank: int, index: int, word: int) -> None:
-        if len(self._counters) >= _CACHED_KEYS:
-            self._counters.clear()
-        self._counters[key] = (rank, index, word)
+        _cache(self._counters, key, (rank, index, word))
 
     def add(self, key: bytes, amount: int) -> int | None:
         """Add to a counter this rank has seen, with compare-and-swap only; None if that cannot be done."""
