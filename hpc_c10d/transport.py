@@ -9,9 +9,15 @@ ranks; lists have been checked for length and dtype. Each method returns ``None`
 from __future__ import annotations
 
 import abc
+from itertools import accumulate
 from typing import Any, Sequence
 
-__all__ = ["Transport", "TransportWrapper"]
+__all__ = ["Transport", "TransportWrapper", "displacements"]
+
+
+def displacements(counts: Sequence[int]) -> list[int]:
+    """Where each block starts when blocks of ``counts`` lie back to back (MPI's ``displs``)."""
+    return [0, *accumulate(counts)][:-1]
 
 
 class Transport(abc.ABC):

@@ -176,7 +176,7 @@ class Watchdog:
             stuck = gpu._overdue(limit) if gpu is not None else None
             if stuck is not None and ("gpu", id(stuck)) not in self._fired:
                 self._fired.add(("gpu", id(stuck)))
-                what = f"{stuck.op_name} on cuda:{stuck._device} in group {pg._name!r} ({pg._desc})"
+                what = f"{stuck.op_name} on cuda:{stuck._comm.device} in group {pg._name!r} ({pg._desc})"
                 self._timed_out(what, stuck.age(), limit, lambda text: gpu.abort())  # its Work.wait raises
 
     def _timed_out(self, what: str, waited: float, limit: float, raise_error: Any) -> None:

@@ -105,6 +105,7 @@ class Work:
 
     _status = None  # receives (``ReceiveWork``) fill an MPI status
     _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
+    _future_type = Future  # what ``get_future`` hands out
     op_name = "operation"
 
     def __init__(
@@ -207,7 +208,7 @@ class Work:
     def get_future(self) -> Future:
         """Return a Future whose value is ``result()`` once the operation completes."""
         if self._future is None:
-            self._future = Future(self)
+            self._future = self._future_type(self)
             if self._done:
                 self._future.set_result(self._outputs)
         return self._future

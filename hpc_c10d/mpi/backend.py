@@ -8,7 +8,6 @@ the ``v`` variants (``all_to_all`` blocks may differ in size per peer).
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -16,7 +15,7 @@ from mpi4py import MPI
 
 from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
-from ..transport import Transport
+from ..transport import Transport, displacements
 from ..work import ReceiveWork, Work
 from .ops import REDUCTIONS, mpi_datatype, reduction
 
@@ -43,10 +42,6 @@ def _average(buf: np.ndarray, size: int) -> None:
         np.divide(buf, size, out=buf, casting="unsafe")
     else:
         np.divide(buf, size, out=buf)
-
-
-def _displacements(counts: Sequence[int]) -> list[int]:
-    return [0, *accumulate(counts)][:-1]
 
 
 def _copy_blocks(staging: np.ndarray, outs: Sequence[np.ndarray]) -> Callable[[], None]:
@@ -169,7 +164,7 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(inp.dtype)
         counts = [o.size for o in outs]
         staging, finish = _landing(outs, inp.dtype, [inp])
-        args = ((inp, datatype), (staging, counts, _displacements(counts), datatype))
+        args = ((inp, datatype), (staging, counts, displacements(counts), datatype))
         return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
                            user, finish, (outs, inp, staging))
 
@@ -179,7 +174,7 @@ class MPIBackend(Transport):
         if self._rank == root:
             counts = [o.size for o in outs]
             staging, finish = _landing(outs, inp.dtype, [inp])
-            recv = (staging, counts, _displacements(counts), datatype)
+            recv = (staging, counts, displacements(counts), datatype)
         args = ((inp, datatype), recv, root)
         return self._issue(self._comm.Gatherv, self._comm.Igatherv, args, async_op,
                            user, finish, (outs, inp, staging))
@@ -190,7 +185,7 @@ class MPIBackend(Transport):
         if self._rank == root:
             staging = _concatenate(inps, out.dtype, [out])
             counts = [i.size for i in inps]
-            send = (staging, counts, _displacements(counts), datatype)
+            send = (staging, counts, displacements(counts), datatype)
         args = (send, (out, datatype), root)
         return self._issue(self._comm.Scatterv, self._comm.Iscatterv, args, async_op,
                            [user], None, (out, inps, staging))
@@ -220,8 +215,8 @@ class MPIBackend(Transport):
             args = ((inp, datatype), (out, datatype))
             return self._issue(self._comm.Alltoall, self._comm.Ialltoall, args, async_op,
                                [user], None, (out, inp))
-        args = ((inp, in_counts, _displacements(in_counts), datatype),
-                (out, out_counts, _displacements(out_counts), datatype))
+        args = ((inp, in_counts, displacements(in_counts), datatype),
+                (out, out_counts, displacements(out_counts), datatype))
         return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
                            [user], None, (out, inp))
 
@@ -232,8 +227,8 @@ class MPIBackend(Transport):
         out_counts = [o.size for o in outs]
         send = _concatenate(inps, dtype, outs)
         staging, finish = _landing(outs, dtype, inps)
-        args = ((send, in_counts, _displacements(in_counts), datatype),
-                (staging, out_counts, _displacements(out_counts), datatype))
+        args = ((send, in_counts, displacements(in_counts), datatype),
+                (staging, out_counts, displacements(out_counts), datatype))
         return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
                            user, finish, (outs, send, staging))
 

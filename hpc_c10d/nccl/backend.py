@@ -18,7 +18,7 @@ import collections
 from typing import Any, Callable, Sequence
 
 from ..errors import DistBackendError
-from ..transport import Transport
+from ..transport import Transport, displacements
 from ..work import Work
 from . import cuda, library
 from .buffers import DeviceBuffer, as_device_buffer, contiguous_input
@@ -47,17 +47,9 @@ def _span(blocks: Sequence[DeviceBuffer]) -> DeviceBuffer | None:
         if block.ptr != end or block.dtype != blocks[0].dtype or block.device != blocks[0].device:
             return None
         end = block.end()
-    first = blocks[0]
-    return DeviceBuffer(first.ptr, sum(b.size for b in blocks), first.dtype, (sum(b.size for b in blocks),),
-                        first.device, [b.owner for b in blocks], first.kind, True)
-
-
-def _offsets(counts: Sequence[int]) -> list[int]:
-    offsets, total = [], 0
-    for count in counts:
-        offsets.append(total)
-        total += count
-    return offsets
+    first, total = blocks[0], sum(b.size for b in blocks)
+    return DeviceBuffer(first.ptr, total, first.dtype, (total,), first.device, [b.owner for b in blocks],
+                        first.kind, True)
 
 
 class NCCLBackend(Transport):
@@ -338,7 +330,7 @@ class NCCLBackend(Transport):
         item = buf.dtype.itemsize
         return {r: DeviceBuffer(buf.ptr + offset * item, count, buf.dtype, (count,), buf.device, None, buf.kind,
                                 True)
-                for r, (count, offset) in enumerate(zip(counts, _offsets(counts)))}
+                for r, (count, offset) in enumerate(zip(counts, displacements(counts)))}
 
     def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
         device = self._device([out, inp], "all_to_all_single")

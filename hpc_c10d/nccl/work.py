@@ -22,18 +22,30 @@ __all__ = ["CUDAWork"]
 _POLL_S = 1e-4
 
 
+class _EventFuture(Future):
+    """A future whose ``wait`` blocks the host until the event passes (torch's NCCL futures
+    make the current stream wait instead; a host wait is the safe superset)."""
+
+    __slots__ = ()
+
+    def wait(self) -> Any:
+        if not self._done and self._work is not None:
+            self._work.block_host()
+        return self.value()
+
+
 class CUDAWork(Work):
     """One operation (or one group of NCCL calls) on one communicator."""
 
-    __slots__ = ("_event", "_comm", "_device", "_caller", "op_name", "_started")
+    __slots__ = ("_event", "_comm", "_caller", "op_name", "_started")
     _mpi_requests = False
+    _future_type = _EventFuture  # its wait blocks on the event
 
     def __init__(self, event: Any, comm: Any, outputs: list, keep: Any, op_name: str, caller: DeviceBuffer) -> None:
         super().__init__((), outputs, None, keep)
         self._done = False
         self._event = event
         self._comm = comm
-        self._device = comm.device
         self._caller = caller  # whose current stream ``wait`` holds back
         self.op_name = op_name
         self._started = time.monotonic()
@@ -42,7 +54,7 @@ class CUDAWork(Work):
         if self._exception is None:
             error = self._comm.async_error()
             if error is not None:
-                self._exception = DistBackendError(f"{self.op_name} failed on cuda:{self._device}: {error}")
+                self._exception = DistBackendError(f"{self.op_name} failed on cuda:{self._comm.device}: {error}")
         if self._exception is not None:
             raise self._exception
 
@@ -77,7 +89,7 @@ class CUDAWork(Work):
             if time.monotonic() > deadline:
                 self._comm.abort()
                 self._exception = DistBackendError(
-                    f"Work.wait timed out after {seconds:g} s waiting for {self.op_name} on cuda:{self._device}; "
+                    f"Work.wait timed out after {seconds:g} s waiting for {self.op_name} on cuda:{self._comm.device}; "
                     "its NCCL communicator was aborted")
                 raise self._exception
             time.sleep(_POLL_S)
@@ -93,26 +105,6 @@ class CUDAWork(Work):
             self._raise_async_error()
             self._complete()
 
-    def get_future(self) -> Future:
-        """A Future completed (with the outputs) once the GPU has passed the operation."""
-        if self._future is None:
-            self._future = _EventFuture(self)
-            if self._done:
-                self._future.set_result(self._outputs)
-        return self._future
-
     def age(self) -> float:
         """Seconds since the operation was queued."""
         return time.monotonic() - self._started
-
-
-class _EventFuture(Future):
-    """A future whose ``wait`` blocks the host until the event passes (torch's NCCL futures
-    make the current stream wait instead; a host wait is the safe superset)."""
-
-    __slots__ = ()
-
-    def wait(self) -> Any:
-        if not self._done and self._work is not None:
-            self._work.block_host()
-        return self.value()
