@@ -149,11 +149,8 @@ class ProcessGroupHPC(dist.ProcessGroup):
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                             opts: Any = _ALLGATHER) -> TorchWork:
         """``allgather`` of each input tensor into its own output list."""
-        if len(output_lists) != len(input_tensors):
-            raise ValueError(f"allgather_coalesced: {len(output_lists)} output lists for "
-                             f"{len(input_tensors)} input tensors")
-        works = [self._inner._all_gather(as_views(o), as_view(i), True)
-                 for o, i in zip(output_lists, input_tensors)]
+        pairs = self._pairs(output_lists, input_tensors, "allgather_coalesced")
+        works = [self._inner._all_gather(as_views(o), as_view(i), True) for o, i in pairs]
         return self._coalesced(works, output_lists, opts)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = _ALLGATHER) -> TorchWork:
