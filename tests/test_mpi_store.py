@@ -487,6 +487,28 @@ def test_readers_never_see_a_half_written_value(comm, rank, size):
         _agree(comm, race)
 
 
+def test_one_node_shards_are_shared_memory(comm, rank, size):
+    """Under MPICH on one node every shard is plain memory to every rank: reads and writes skip
+    Get/Put and the lock and counters use the CPU's atomics. On the network path only a rank's
+    own shard is, and MPI's atomics serve everyone. Every path gives the same answers (the
+    other tests run on all of them)."""
+    from mpi4py import MPI
+
+    if "MPICH" not in MPI.Get_library_version():
+        pytest.skip("only MPICH is known to share Win.Allocate memory (Open MPI 5 does not)")
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # with NOLOCAL each rank is a node of its own
+    one_node = node.Get_size() == size
+    node.Free()
+    if not one_node and not NOLOCAL:
+        pytest.skip("ranks span several nodes")
+    with _store() as store:
+        shared = [memory is not None for memory in store._table._shared]
+        expected = [not NOLOCAL or owner == rank for owner in range(size)]  # its own shard, always
+        _agree(comm, lambda: None if shared == expected else pytest.fail(f"shared shards: {shared}"))
+        kind = type(store._table._atomics).__name__
+        _agree(comm, lambda: None if kind == ("MPIAtomics" if NOLOCAL else "SharedAtomics") else pytest.fail(kind))
+
+
 # ----------------------------------------------------------------------------- 6. timeouts and blocking
 
 
@@ -866,6 +888,21 @@ def test_capacity_from_environment(comm, rank, size):
     finally:
         explicit.close()
         store.close()
+
+
+def test_a_closed_store_raises_instead_of_touching_freed_memory(comm, rank, size):
+    """After close() the windows are gone (shared-memory ones included): every operation raises
+    DistStoreError, on every path a value can take (cached slot, cached counter, fresh key)."""
+    with _store() as store:
+        _agree(comm, lambda: (store.set(f"text{rank}", "v"), store.add(f"count{rank}", 1)))
+        _agree(comm, lambda: (store.get(f"text{rank}"), store.get(f"count{rank}")))  # slots cached
+    for operation in (lambda: store.get(f"text{rank}"), lambda: store.get(f"count{rank}"),
+                      lambda: store.add(f"count{rank}", 1), lambda: store.set("new", "v"),
+                      lambda: store.check(["new"]), store.num_keys, store.list_keys):
+        with pytest.raises(DistStoreError, match="closed"):
+            operation()
+    assert store.capacity == CAP and "MPIStore" in repr(store)
+    store.close()  # a second close is harmless
 
 
 # ----------------------------------------------------------------------------- 10. subgroup

@@ -1,7 +1,6 @@
 """A hash table sharded over a communicator's ranks, living in MPI-3 RMA windows.
 
-Every rank exposes one window from ``Win.Allocate`` (so that on shared memory other ranks
-reach it with plain loads and stores) laid out as::
+Every rank exposes one window from ``Win.Allocate`` laid out as::
 
     header  version | heap top | visible keys | live keys | used slots | free-list heads
     slots   nslots x 128 bytes, open addressing:
@@ -11,15 +10,21 @@ reach it with plain loads and stores) laid out as::
 
 A key's hash picks its owner rank and its first slot. The window stays in one
 ``Lock_all(MODE_NOCHECK)`` epoch for its whole life. Writers take the owner's ``version``
-word from even to odd with ``Compare_and_swap``, write, flush and make it even again;
+word from even to odd with a compare-and-swap, write, flush and make it even again;
 readers never write: they read the version, the slots, the version again and retry on a
 change (a sequence lock), so thousands of ranks polling one key do not contend. A reader that
 remembers where a small value lives reads just that slot, in one round trip: the slot's
 checksum (over its header words and inline record, written by the writer) tells a whole slot
 from a half-written one, so no version read is needed; a mismatch falls back to the lock.
 
+Windows that MPI shares with this process (``Win.Shared_query``: ranks of one node, unified
+memory model) are read and written with plain memory copies instead of ``Get``/``Put`` and
+``Flush`` (a ``Win.Sync`` orders them); the protocol above already tolerates reads racing
+with writes. The atomic words (version, counters) go through ``hpc_c10d.mpi.atomics``: the
+CPU's compare-and-swap when every rank shares every window, else MPI's.
+
 Values that are canonical decimal integers (counters) live in the slot's counter word:
-20 bits of generation over a 44-bit signed value, changed only by ``Compare_and_swap``.
+20 bits of generation over a 44-bit signed value, changed only by compare-and-swap.
 ``add`` on a counter whose slot this rank has seen before is then a single compare-and-swap,
 with no lock: the generation changes whenever the slot stops holding that counter, so a
 stale swap fails instead of landing on another key.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +44,7 @@ import numpy as np
 
 from ..errors import DistStoreError
 from ..store.key_value import DELETE, KEEP, is_hidden
+from . import atomics
 
 __all__ = ["ShardedTable", "size_class"]
 
@@ -52,8 +59,12 @@ _SLOT_WORDS = 16
 _SLOT = _SLOT_WORDS * _WORD
 _COUNTER_AT = 5 * _WORD  # byte offset of the counter word in a slot
 _CHECKSUM_AT = 6 * _WORD
-_INLINE_AT = 7 * _WORD
+_INLINE_AT = _CHECKSUM_AT + _WORD
 _INLINE = _SLOT - _INLINE_AT
+_HEADER = 5 * _WORD  # the header words a slot's checksum covers
+_HEADER_WORDS = struct.Struct("=5q")
+_SLOT_HEAD = struct.Struct(f"={_INLINE_AT // _WORD}q")  # the words before the inline record
+_WORD_AT = struct.Struct("=q")
 _EMPTY, _TOMBSTONE = 0, 1
 _IS_COUNTER = -1
 _PROBE = 4  # slots fetched per round trip
@@ -105,10 +116,15 @@ def _cache(table: dict, key: bytes, value: Any) -> None:
     table[key] = value
 
 
-def _checksum(header: list[int], record: bytes) -> int:
-    """The word a writer stores beside an inline record: a hash of the header words and record."""
-    digest = hashlib.blake2b(np.array(header[:5], np.int64).tobytes() + record, digest_size=8).digest()
+def _checksum(header: bytes, record: bytes) -> int:
+    """The word a writer stores beside an inline record: a hash of the header words (as they lie
+    in memory) and the record."""
+    digest = hashlib.blake2b(header + record, digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
+
+
+def _words(raw: bytes) -> list[int]:
+    return np.frombuffer(raw, np.int64).tolist()
 
 
 class _Torn(Exception):
@@ -118,13 +134,12 @@ class _Torn(Exception):
 class _Slot:
     """One slot as read: its index, its words, and its key and text value once fetched."""
 
-    __slots__ = ("index", "value_size", "key_size", "offset", "block", "word", "value", "whole")
+    __slots__ = ("index", "value_size", "key_size", "offset", "block", "word", "value")
 
     def __init__(self, index: int, words: list[int]) -> None:
         self.index = index
         _, self.value_size, self.key_size, self.offset, self.block, self.word = words[:6]
         self.value: bytes | None = None
-        self.whole = False  # read lock-free and proven consistent by its checksum
 
     @property
     def counter(self) -> bool:
@@ -151,12 +166,12 @@ class ShardedTable:
         comm.Barrier()
         self._win.Lock_all(MPI.MODE_NOCHECK)
         self._guard = threading.Lock()
-        self._desired, self._compare, self._fetched = (np.zeros(1, np.int64) for _ in range(3))
-        self._probe = np.zeros(_PROBE * _SLOT_WORDS, np.int64)
-        self._probe_bytes = memoryview(self._probe).cast("B")
+        self._shared = [self._shared_memory(MPI, rank) for rank in range(self._size)]
+        self._atomics = atomics.pick(MPI, comm, self._win, self._shared)
+        self._fetch, self._swap = self._atomics.fetch, self._atomics.swap
         self._pending: list[Any] = []  # origin buffers of puts not yet flushed
         self._versions = [0] * self._size  # last even version seen per rank (first CAS guess)
-        self._counters: dict[bytes, tuple[int, int, int]] = {}  # key -> (rank, slot, counter word)
+        self._counters: dict[bytes, list[int]] = {}  # key -> [rank, counter word's disp, counter word]
         self._places: dict[bytes, tuple[int, int, int]] = {}  # key -> (owner, tag, first slot)
         self._hints: dict[bytes, int] = {}  # key -> the slot its value was last found in
 
@@ -180,47 +195,51 @@ class ShardedTable:
                 (tag & 0x7FFFFFFFFFFFFFFF) % self._nslots)
 
     # --- raw RMA ----------------------------------------------------------------------------
-    def _flush(self, rank: int) -> None:
-        self._win.Flush(rank)
-        self._pending.clear()
+    def _shared_memory(self, MPI: Any, rank: int) -> memoryview | None:
+        """``rank``'s window as memory of this process, if MPI shares it (one node, unified model)."""
+        if self._win.model != MPI.WIN_UNIFIED:
+            return None
+        try:
+            memory, _ = self._win.Shared_query(rank)
+        except MPI.Exception:  # MPI libraries that share only Allocate_shared windows
+            return None
+        shared = memoryview(memory).cast("B")
+        return shared if shared.nbytes == self._heap + self.capacity else None
 
-    def _get(self, rank: int, disp: int, buf: Any) -> None:
-        if self._pending:  # a get is not ordered after an unflushed put
+    def _flush(self, rank: int) -> None:
+        """Complete this rank's writes to ``rank``'s window before what follows (an unlock)."""
+        if self._shared[rank] is not None:
+            self._win.Sync()  # plain stores: a memory barrier is enough
+        else:
+            self._win.Flush(rank)
+            self._pending.clear()
+
+    def _read(self, rank: int, disp: int, nbytes: int) -> bytes:
+        """``nbytes`` at ``disp`` of ``rank``'s window: a copy of shared memory, else a Get."""
+        if self._pending:  # a read is not ordered after an unflushed put
             self._flush(rank)
-        self._win.Get([buf, self._MPI.BYTE], rank, (disp, buf.nbytes, self._MPI.BYTE))
+        shared = self._shared[rank]
+        if shared is not None:
+            return bytes(shared[disp:disp + nbytes])
+        buf = bytearray(nbytes)
+        self._win.Get([buf, self._MPI.BYTE], rank, (disp, nbytes, self._MPI.BYTE))
+        self._flush(rank)
+        return bytes(buf)
 
     def _put(self, rank: int, disp: int, data: Any) -> None:
         view = memoryview(data).cast("B")
+        shared = self._shared[rank]
+        if shared is not None:
+            shared[disp:disp + view.nbytes] = view
+            return
         self._pending.append(data)
         self._win.Put([view, self._MPI.BYTE], rank, (disp, view.nbytes, self._MPI.BYTE))
 
     def _put_words(self, rank: int, disp: int, *words: int) -> None:
-        self._put(rank, disp, np.array(words, np.int64))
+        self._put(rank, disp, struct.pack(f"={len(words)}q", *words))
 
     def _read_words(self, rank: int, disp: int, count: int) -> list[int]:
-        buf = np.empty(count, np.int64)
-        self._get(rank, disp, buf)
-        self._flush(rank)
-        return buf.tolist()
-
-    def _read_bytes(self, rank: int, disp: int, nbytes: int) -> bytes:
-        buf = np.empty(nbytes, np.uint8)
-        self._get(rank, disp, buf)
-        self._flush(rank)
-        return buf.tobytes()
-
-    def _fetch(self, rank: int, disp: int) -> int:
-        """Atomically read the word at ``disp``."""
-        self._win.Fetch_and_op(self._desired, self._fetched, rank, disp, self._MPI.NO_OP)
-        self._win.Flush(rank)
-        return int(self._fetched[0])
-
-    def _swap(self, rank: int, disp: int, expected: int, desired: int) -> int:
-        """Compare-and-swap the word at ``disp``; return the word found there."""
-        self._compare[0], self._desired[0] = expected, desired
-        self._win.Compare_and_swap(self._desired, self._compare, self._fetched, rank, disp)
-        self._win.Flush(rank)
-        return int(self._fetched[0])
+        return _words(self._read(rank, disp, count * _WORD))
 
     # --- the sequence lock ------------------------------------------------------------------
     def _held_too_long(self, rank: int) -> DistStoreError:
@@ -234,7 +253,9 @@ class ShardedTable:
         return min(2 * pause, _LONGEST_PAUSE)
 
     def _lock(self, rank: int) -> int:
-        seen, pause, deadline = self._versions[rank], 1e-6, time.monotonic() + self.lock_timeout
+        shared = self._shared[rank]  # the version as it lies in memory is a better first guess
+        seen = _WORD_AT.unpack_from(shared, _VERSION)[0] if shared is not None else self._versions[rank]
+        pause, deadline = 1e-6, time.monotonic() + self.lock_timeout
         while True:
             if seen % 2 == 0:
                 found = self._swap(rank, _VERSION, seen, seen + 1)
@@ -264,6 +285,8 @@ class ShardedTable:
                     result = read()
                 except _Torn:
                     result = _Torn
+                if self._shared[rank] is not None:  # plain loads: keep them before the version's
+                    self._win.Sync()
                 after = self._fetch(rank, _VERSION)
                 if result is not _Torn and after == before:
                     return result
@@ -279,12 +302,10 @@ class ShardedTable:
     def _find(self, rank: int, key: bytes, tag: int, start: int, with_value: bool) -> tuple[_Slot | None, int | None, bool]:
         """Return (the key's slot or None, first reusable slot index, whether that one is empty)."""
         reusable, index, seen = None, start, 0
-        probe, raw = self._probe, self._probe_bytes
         while seen < self._nslots:
             count = min(_PROBE, self._nslots - index, self._nslots - seen)
-            self._get(rank, _SLOTS + index * _SLOT, probe[:count * _SLOT_WORDS])
-            self._flush(rank)
-            words = probe[:count * _SLOT_WORDS].tolist()
+            raw = self._read(rank, _SLOTS + index * _SLOT, count * _SLOT)
+            words, inline = _words(raw), memoryview(raw)
             for j in range(count):
                 first = j * _SLOT_WORDS
                 slot_tag = words[first]
@@ -294,7 +315,7 @@ class ShardedTable:
                     reusable = (index + j, False) if reusable is None else reusable
                 elif slot_tag == tag:  # other keys' slots: no slicing, no record read
                     slot = self._match(rank, key, tag, index + j, words[first:first + _SLOT_WORDS],
-                                       raw[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
+                                       inline[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
                     if slot is not None:
                         return slot, reusable
             seen += count
@@ -302,16 +323,22 @@ class ShardedTable:
         return None, reusable
 
     def _at(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
-        """The key's slot if it is still at ``index`` (one slot read), else None; ``slot.whole``
-        says its checksum vouches for it (an inline text value: no version check needed)."""
-        probe = self._probe[:_SLOT_WORDS]
-        self._get(rank, _SLOTS + index * _SLOT, probe)
-        self._flush(rank)
-        words = probe.tolist()
-        slot = self._match(rank, key, tag, index, words, self._probe_bytes[_INLINE_AT:_SLOT], True)
-        if slot is not None and slot.value is not None and slot.offset < 0:
-            slot.whole = words[_CHECKSUM_AT // _WORD] == _checksum(words, key + slot.value)
-        return slot
+        """The key's slot if it is still at ``index`` (one slot read), else None."""
+        raw = self._read(rank, _SLOTS + index * _SLOT, _SLOT)
+        return self._match(rank, key, tag, index, _words(raw), memoryview(raw)[_INLINE_AT:], True)
+
+    def _vouched(self, rank: int, key: bytes, tag: int, index: int) -> bytes | None:
+        """The key's inline text value if the slot at ``index`` holds it and its checksum vouches
+        for it (one read, no lock); None when only a locked read can tell."""
+        raw = self._read(rank, _SLOTS + index * _SLOT, _SLOT)
+        slot_tag, value_size, key_size, offset, _, _, checksum = _SLOT_HEAD.unpack_from(raw)
+        size = key_size + value_size
+        if slot_tag != tag or key_size != len(key) or offset >= 0 or value_size < 0 or size > _INLINE:
+            return None
+        record = raw[_INLINE_AT:_INLINE_AT + size]
+        if record[:key_size] != key or checksum != _checksum(raw[:_HEADER], record):
+            return None
+        return record[key_size:]
 
     def _match(self, rank: int, key: bytes, tag: int, index: int, words: list[int], inline: memoryview,
                with_value: bool) -> _Slot | None:
@@ -327,17 +354,6 @@ class ShardedTable:
             slot.value = record[slot.key_size:]
         return slot
 
-    def _hinted(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
-        """The key's slot at ``index``: one read when its checksum vouches for it, else read again
-        under the sequence lock (a counter, a heap value, a torn read); None if it is not there."""
-        try:
-            slot = self._at(rank, key, tag, index)
-            if slot is None or slot.whole:
-                return slot
-        except _Torn:  # header words from two writes: only the lock can tell what is there
-            pass
-        return self._consistent(rank, lambda: self._at(rank, key, tag, index))
-
     def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
         size = slot.record_size() if with_value else slot.key_size
         if slot.offset < 0:
@@ -346,7 +362,7 @@ class ShardedTable:
             return bytes(inline[:size])
         if slot.offset + slot.block > self.capacity or slot.record_size() > slot.block:
             raise _Torn
-        return self._read_bytes(rank, self._heap + slot.offset, size)
+        return self._read(rank, self._heap + slot.offset, size)
 
     # --- lock-free reads --------------------------------------------------------------------
     def load(self, key: bytes) -> bytes | None:
@@ -354,15 +370,20 @@ class ShardedTable:
         with self._guard:
             cached = self._counters.get(key)
             if cached is not None:
-                rank, index, word = cached
-                now = self._fetch(rank, self._counter_disp(index))
+                rank, disp, word = cached
+                now = self._fetch(rank, disp)
                 if _gen(now) == _gen(word):
-                    self._counters[key] = (rank, index, now)
+                    cached[2] = now
                     return str(_value(now)).encode()
                 del self._counters[key]
             rank, tag, start = self._locate(key)
             hint = self._hints.get(key)
-            slot = None if hint is None else self._hinted(rank, key, tag, hint)
+            slot = None
+            if hint is not None:
+                value = self._vouched(rank, key, tag, hint)
+                if value is not None:
+                    return value
+                slot = self._consistent(rank, lambda: self._at(rank, key, tag, hint))
             if slot is None:
                 slot, _ = self._consistent(rank, lambda: self._find(rank, key, tag, start, True))
                 if slot is not None and not slot.counter:
@@ -393,10 +414,8 @@ class ShardedTable:
             return [key for rank in range(self._size) for key in self._consistent(rank, lambda: self._keys_of(rank))]
 
     def _keys_of(self, rank: int) -> list[bytes]:
-        table = np.empty(self._nslots * _SLOT_WORDS, np.int64)
-        self._get(rank, _SLOTS, table)
-        self._flush(rank)
-        raw, words, keys = memoryview(table).cast("B"), table.tolist(), []
+        table = self._read(rank, _SLOTS, self._nslots * _SLOT)
+        raw, words, keys = memoryview(table), _words(table), []
         for first in range(0, len(words), _SLOT_WORDS):
             if words[first] not in (_EMPTY, _TOMBSTONE):
                 slot = _Slot(first // _SLOT_WORDS, words[first:first + 6])
@@ -406,7 +425,7 @@ class ShardedTable:
 
     # --- counters without the lock ----------------------------------------------------------
     def _remember(self, key: bytes, rank: int, index: int, word: int) -> None:
-        _cache(self._counters, key, (rank, index, word))
+        _cache(self._counters, key, [rank, self._counter_disp(index), word])
 
     def add(self, key: bytes, amount: int) -> int | None:
         """Add to a counter this rank has seen, with compare-and-swap only; None if that cannot be done."""
@@ -414,17 +433,17 @@ class ShardedTable:
             cached = self._counters.get(key)
             if cached is None:
                 return None
-            rank, index, word = cached
-            disp = self._counter_disp(index)
+            rank, disp, word = cached
             while True:
                 total = _value(word) + amount
                 if not -_LIMIT <= total < _LIMIT:
                     return None
-                found = self._swap(rank, disp, word, _counter(_gen(word), total))
+                desired = (word & ~_VALUE_MASK) | (total & _VALUE_MASK)  # same generation
+                found = self._swap(rank, disp, word, desired)
                 if found == word:
-                    self._counters[key] = (rank, index, _counter(_gen(word), total))
+                    cached[2] = desired
                     return total
-                if _gen(found) != _gen(word):
+                if (found ^ word) & ~_VALUE_MASK:  # another generation: the slot changed hands
                     del self._counters[key]
                     return None
                 word = found
@@ -517,26 +536,26 @@ class ShardedTable:
 
     def _commit(self, rank: int, key: bytes, tag: int, slot: _Slot | None,
                 plan: tuple[int, int, int, list[int] | None], value: bytes, number: int | None) -> None:
-        index, offset, block, header = plan
+        index, offset, block, counts = plan
         if slot is not None and slot.offset >= 0 and slot.offset != offset:
             self._release(rank, slot.offset, slot.block)
-        if header is not None:
-            self._put_words(rank, _VISIBLE, *header)
+        if counts is not None:
+            self._put_words(rank, _VISIBLE, *counts)
         if number is not None:  # a text slot or a fresh one becomes a counter: a new generation
             word = slot.word if slot is not None else self._fetch(rank, self._counter_disp(index))
             desired = _counter(_gen(word) + 1, number)
             self._swap(rank, self._counter_disp(index), word, desired)
             self._remember(key, rank, index, desired)
-        header = [tag, _IS_COUNTER if number is not None else len(value), len(key), offset, block]
-        if offset < 0:
+        at = _SLOTS + index * _SLOT
+        header = _HEADER_WORDS.pack(tag, _IS_COUNTER if number is not None else len(value), len(key), offset, block)
+        if offset < 0:  # the checksum word and the inline record lie back to back
             record = key if number is not None else key + value
-            self._put(rank, _SLOTS + index * _SLOT + _INLINE_AT, record)
-            self._put_words(rank, _SLOTS + index * _SLOT + _CHECKSUM_AT, _checksum(header, record))
+            self._put(rank, at + _CHECKSUM_AT, _WORD_AT.pack(_checksum(header, record)) + record)
         else:
             self._put(rank, self._heap + offset, key)
             if number is None:
                 self._put(rank, self._heap + offset + len(key), value)
-        self._put_words(rank, _SLOTS + index * _SLOT, *header)
+        self._put(rank, at, header)
 
     def _allocate(self, rank: int, need: int) -> tuple[int, int]:
         cls, size = size_class(need)
@@ -568,5 +587,8 @@ class ShardedTable:
 
     def free(self) -> None:
         """Release the window (collective)."""
+        for shared in self._shared:
+            if shared is not None:
+                shared.release()
         self._win.Unlock_all()
         self._win.Free()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from ..errors import DistStoreError
 from ..mpi import bootstrap
 from ..mpi.progress import interval_from_env, progress
 from .base import DEFAULT_TIMEOUT, as_amount, as_key, as_timeout
@@ -41,6 +42,17 @@ def _close_open_stores() -> None:
     MPI_Finalize itself); without it the MPI library complains about windows in use."""
     for store in list(_open_stores):
         store.close()
+
+
+class _ClosedTable:
+    """Stands in for the table of a closed store: its settings stay readable, anything else raises
+    (the window is gone; touching its memory would crash the process)."""
+
+    def __init__(self, capacity: int, max_keys: int) -> None:
+        self.capacity, self.max_keys = capacity, max_keys
+
+    def __getattr__(self, name: str) -> Any:
+        raise DistStoreError("MPIStore: the store was closed")
 
 
 _SIZE = re.compile(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", re.IGNORECASE)
@@ -99,7 +111,7 @@ class MPIStore(KeyValueStore):
         capacity, max_keys, interval = settings
         from ..mpi.rma_table import ShardedTable  # late: the table builds on key_value
 
-        self._comm = base.Dup()
+        self._comm, self._ranks = base.Dup(), base.Get_size()
         self._table = ShardedTable(MPI, self._comm, capacity, max_keys)
         self._table.lock_timeout = self._timeout.total_seconds()
         progress.join(MPI, self._comm, interval)
@@ -133,10 +145,10 @@ class MPIStore(KeyValueStore):
         return self._table.owner(key.encode())
 
     def _describe(self) -> str:
-        return f"MPIStore(ranks={self._comm.Get_size()})"
+        return f"MPIStore(ranks={self._ranks})"
 
     def __repr__(self) -> str:
-        return f"<MPIStore ranks={self._comm.Get_size()} capacity={self.capacity} max_keys={self.max_keys}>"
+        return f"<MPIStore ranks={self._ranks} capacity={self.capacity} max_keys={self.max_keys}>"
 
     def add(self, key: str, amount: int) -> int:
         raw, amount = as_key(key).encode(), as_amount(amount)
@@ -173,4 +185,5 @@ class MPIStore(KeyValueStore):
         self._open = False
         progress.leave()
         self._table.free()
+        self._table = _ClosedTable(self._table.capacity, self._table.max_keys)
         self._comm.Free()
