@@ -508,6 +508,14 @@ def test_one_node_shards_are_shared_memory(comm, rank, size):
         kind = type(store._table._atomics).__name__
         _agree(comm, lambda: None if kind == ("MPIAtomics" if NOLOCAL else "SharedAtomics") else pytest.fail(kind))
 
+        # The CPU's atomics are all or nothing: one rank that cannot map a shard puts every rank on MPI's.
+        from hpc_c10d.mpi import atomics
+
+        table = store._table
+        mine = [None if rank == size - 1 else window for window in table._shared]
+        picked = type(atomics.pick(MPI, store.comm, table._win, mine)).__name__
+        _agree(comm, lambda: assert_equal(picked, "MPIAtomics"))
+
 
 # ----------------------------------------------------------------------------- 6. timeouts and blocking
 

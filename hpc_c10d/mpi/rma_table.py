@@ -299,8 +299,9 @@ class ShardedTable:
             before = self._fetch(rank, _VERSION)
 
     # --- slots ------------------------------------------------------------------------------
-    def _find(self, rank: int, key: bytes, tag: int, start: int, with_value: bool) -> tuple[_Slot | None, int | None, bool]:
-        """Return (the key's slot or None, first reusable slot index, whether that one is empty)."""
+    def _find(self, rank: int, key: bytes, tag: int, start: int,
+              with_value: bool) -> tuple[_Slot | None, tuple[int, bool] | None]:
+        """Return (the key's slot or None, (first reusable slot index, whether it is empty) or None)."""
         reusable, index, seen = None, start, 0
         while seen < self._nslots:
             count = min(_PROBE, self._nslots - index, self._nslots - seen)
