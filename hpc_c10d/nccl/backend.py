@@ -276,13 +276,13 @@ class NCCLBackend(Transport):
                 raise ValueError(f"the block this rank sends itself ({own_in.size} elements) must match the block "
                                  f"it receives ({own_out.size})")
             steps.append(self._copy(own_out, own_in))
-        for peer, buf in sends.items():
-            steps.append(self._moving(lambda handle, stream, b=buf, p=peer: nccl.ncclSend(
-                b.ptr, b.nbytes, BYTES, p, handle, stream)))
-        for peer, buf in recvs.items():
-            steps.append(self._moving(lambda handle, stream, b=buf, p=peer: nccl.ncclRecv(
-                b.ptr, b.nbytes, BYTES, p, handle, stream)))
+        steps += [self._transfer(nccl.ncclSend, buf, peer) for peer, buf in sends.items()]
+        steps += [self._transfer(nccl.ncclRecv, buf, peer) for peer, buf in recvs.items()]
         return steps
+
+    def _transfer(self, call: Callable[..., int], buf: DeviceBuffer, peer: int) -> Step:
+        """A step that sends ``buf`` to ``peer`` (``call`` is ncclSend) or receives it (ncclRecv)."""
+        return self._moving(lambda handle, stream: call(buf.ptr, buf.nbytes, BYTES, peer, handle, stream))
 
     def gather_list(self, outs, inp, root, async_op, user):
         device = self._device([inp, *(outs or ())], "gather")
@@ -375,13 +375,11 @@ class NCCLBackend(Transport):
         """Every (is_send, buffer, peer, user) in one NCCL group, on the group's communicator
         (created by this call if needed: then every rank of the group must call it, as in torch)."""
         device = self._device([buf for _, buf, _, _ in ops], "batch_isend_irecv")
-        nccl, steps = self._nccl, []
-        for is_send, buf, peer, _ in ops:
-            call = nccl.ncclSend if is_send else nccl.ncclRecv
-            steps.append(self._moving(lambda handle, stream, c=call, b=buf, p=peer: c(
-                b.ptr, b.nbytes, BYTES, p, handle, stream)))
-        work = self._launch("batch_isend_irecv", self._connect(device), ops[0][1], self._group(steps, "ncclSend/ncclRecv"),
-                            True, [user for _, _, _, user in ops], ops)
+        nccl = self._nccl
+        steps = [self._transfer(nccl.ncclSend if is_send else nccl.ncclRecv, buf, peer)
+                 for is_send, buf, peer, _ in ops]
+        work = self._launch("batch_isend_irecv", self._connect(device), ops[0][1],
+                            self._group(steps, "ncclSend/ncclRecv"), True, [user for _, _, _, user in ops], ops)
         return [work] * len(ops)
 
     # ---- health and lifetime --------------------------------------------------------------
