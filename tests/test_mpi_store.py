@@ -504,9 +504,9 @@ def test_one_node_shards_are_shared_memory(comm, rank, size):
     with _store() as store:
         shared = [memory is not None for memory in store._table._shared]
         expected = [not NOLOCAL or owner == rank for owner in range(size)]  # its own shard, always
-        _agree(comm, lambda: None if shared == expected else pytest.fail(f"shared shards: {shared}"))
+        _agree(comm, lambda: assert_equal(shared, expected))
         kind = type(store._table._atomics).__name__
-        _agree(comm, lambda: None if kind == ("MPIAtomics" if NOLOCAL else "SharedAtomics") else pytest.fail(kind))
+        _agree(comm, lambda: assert_equal(kind, "MPIAtomics" if NOLOCAL else "SharedAtomics"))
 
         # The CPU's atomics are all or nothing: one rank that cannot map a shard puts every rank on MPI's.
         from hpc_c10d.mpi import atomics
