@@ -15,7 +15,7 @@ from hpc_c10d.arrays import bfloat16
 from hpc_c10d.bench import parser
 from hpc_c10d.bench.collective_ops import COLLECTIVES, Case, contribution, reference_reduce
 from hpc_c10d.bench.collectives import CORRUPT_ENV, count_wrong
-from hpc_c10d.bench.report import Record
+from hpc_c10d.bench.report import Record, table
 from hpc_c10d.bench.units import parse_bytes, parse_range, sweep
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -93,6 +93,39 @@ def test_bad_arguments_exit_2_before_any_communication(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def _point(op, impl, us, wrong=None, bench="checkpoint"):
+    return Record(bench=bench, op=op, impl=impl, ranks=2, bytes=2**20, count=2**17, us_min=us, us_median=us,
+                  us_max=us, algbw_gbs=2**20 / us / 1e3, wrong=wrong)
+
+
+def _cells(text):
+    """Each row of the one Markdown table in ``text``, header first, as a list of cells."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("|") and not line.startswith("|-")]
+
+
+def test_a_table_gives_times_in_one_unit_named_in_its_headers():
+    header, row = _cells(table([_point("read", "hpc_c10d", 20_000, wrong=0), _point("read", "h5py", 2_500_000)]))
+    assert header == ["size", "count", "hpc_c10d min (ms)", "median (ms)", "max (ms)", "algbw GB/s", "#wrong",
+                      "h5py max (ms)", "hpc_c10d / h5py"]
+    assert row == ["1 MiB", "131072", "20.0", "20.0", "20.0", "0.05", "0", "2500", "0.01"]
+
+
+def test_a_table_has_a_wrong_column_only_for_checked_implementations():
+    header, _ = _cells(table([_point("write", "hpc_c10d", 5.0), _point("write", "h5py", 7.0)]))
+    assert header == ["size", "count", "hpc_c10d min (µs)", "median (µs)", "max (µs)", "algbw GB/s",
+                      "h5py max (µs)", "hpc_c10d / h5py"]
+    stores = [_point("add", "MPIStore", 3.0, 0, "stores"), _point("add", "TCPStore", 30.0, 0, "stores")]
+    header, _ = _cells(table(stores))
+    assert header[-4:] == ["#wrong", "TCPStore max (µs)", "MPIStore / TCPStore", "TCPStore #wrong"]
+
+
+def test_a_start_up_table_is_by_world_size_even_for_one_size():
+    header, row = _cells(table([Record(bench="startup", op="store set", impl="hpc_c10d", ranks=4, us_min=50.0,
+                                       us_median=60.0, us_max=70.0)]))
+    assert header == ["ranks", "hpc_c10d min (µs)", "median (µs)", "max (µs)"] and row == ["4", "50.0", "60.0", "70.0"]
+
+
 # ---------------------------------------------------------------- the CLI under mpiexec
 def _bench(ranks, argv, tmp_path, env=None, expect_rc=0):
     """Run the bench; return (stdout, JSON document, CSV rows) from files it wrote."""
@@ -134,7 +167,7 @@ def test_collectives_report_checked_results_as_json_and_csv(ranks, tmp_path):
             assert r["busbw_gbs"] == pytest.approx(r["algbw_gbs"] * factor)
     chunked = [r for r in results if COLLECTIVES[r["op"]].chunked]
     assert all(r["bytes"] % (4 * ranks) == 0 and r["count"] * 4 == r["bytes"] for r in chunked)
-    assert "| size | count | hpc_c10d min |" in stdout and "# 0 wrong results" in stdout
+    assert "| size | count | hpc_c10d min (µs) | median (µs) | max (µs) |" in stdout and "# 0 wrong results" in stdout
     assert {r["impl"] for r in rows} == set(impls)
 
 

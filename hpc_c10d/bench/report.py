@@ -46,13 +46,14 @@ def wrong_total(records: list[Record]) -> int:
     return sum(r.wrong or 0 for r in records)
 
 
-def _time(us: float) -> str:
-    """µs as a short cell: ``7.3``, ``812`` (µs), ``15.2 ms``, ``1.25 s``."""
-    if us >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if us >= 1e4:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.1f}" if us < 1000 else f"{us:.0f}"
+#: (name, microseconds) from the largest
+_UNITS = (("s", 1e6), ("ms", 1e3), ("µs", 1.0))
+
+
+def _unit(records: list[Record]) -> tuple[str, float]:
+    """One time unit for a table: the largest in which its shortest time is at least 10."""
+    shortest = min((r.us_max for r in records if r.us_max > 0), default=0.0)
+    return next(((name, us) for name, us in _UNITS if shortest >= 10 * us), _UNITS[-1])
 
 
 def _optional(value: Any, form: str) -> str:
@@ -65,47 +66,76 @@ def _title(bench: str, op: str, first: Record) -> str:
     return f"### {bench}: {op}" + (f" ({', '.join(details)})" if details else "")
 
 
+class _Columns:
+    """The columns of one (bench, op) table: the point (size or ranks), the first implementation's
+    min/median/max time, bandwidths and wrong count where there are any, then each other
+    implementation's slowest-rank time, the ratio first / other (below 1: the first is faster) and its
+    wrong count where it was checked. Times are in one unit, named in the headers."""
+
+    def __init__(self, group: list[Record]) -> None:
+        impls = list(dict.fromkeys(r.impl for r in group))
+        self.base, self.others = impls[0], impls[1:]
+        self.by_ranks = group[0].bench == "startup" or len({r.ranks for r in group}) > 1
+        self.sized = any(r.count for r in group)
+        self.bandwidths = [n for n in ("algbw", "busbw") if any(getattr(r, f"{n}_gbs") is not None for r in group)]
+        self.checked = {r.impl for r in group if r.wrong is not None}
+        self.unit, self.scale = _unit(group)
+
+    def header(self) -> list[str]:
+        base, unit = self.base, self.unit
+        head = ["ranks" if self.by_ranks else "size"] + (["count"] if self.sized else [])
+        head += [f"{base} min ({unit})", f"median ({unit})", f"max ({unit})"]
+        head += [f"{name} GB/s" for name in self.bandwidths] + (["#wrong"] if base in self.checked else [])
+        for other in self.others:
+            head += [f"{other} max ({unit})", f"{base} / {other}"] + self._wrong(other, f"{other} #wrong")
+        return head
+
+    def row(self, ranks: int, nbytes: int, point: dict[str, Record]) -> list[str]:
+        b = point.get(self.base)
+        cells = [str(ranks) if self.by_ranks else fmt_bytes(nbytes)]
+        cells += [str(b.count if b else "")] if self.sized else []
+        if b and b.us_max:
+            cells += [self._time(b.us_min), self._time(b.us_median), self._time(b.us_max)]
+        else:
+            cells += ["failed", "", ""]
+        cells += [_optional(b and getattr(b, f"{name}_gbs"), ".2f") for name in self.bandwidths]
+        cells += self._wrong(self.base, _optional(b and b.wrong, "d"))
+        for other in self.others:
+            o = point.get(other)
+            wrong = self._wrong(other, _optional(o and o.wrong, "d"))
+            if o is None or not o.us_max:
+                cells += ["failed" if o else "", ""] + wrong
+            else:
+                cells += [self._time(o.us_max), f"{b.us_max / o.us_max:.2f}" if b and b.us_max else ""] + wrong
+        return cells
+
+    def _time(self, us: float) -> str:
+        """``us`` microseconds in this table's unit: ``7.3``, ``812.4``, ``15230``."""
+        value = us / self.scale
+        return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+    def _wrong(self, impl: str, cell: str) -> list[str]:
+        """``[cell]`` in the wrong-count column of ``impl``, where it has one."""
+        return [cell] if impl in self.checked else []
+
+
 def table(records: list[Record]) -> str:
-    """A Markdown table per (bench, op): one row per size (or rank count), the first implementation's
-    min/median/max time (µs unless a unit is shown), bandwidths and wrong count where there are any,
-    then each other implementation's slowest-rank time, the ratio first / other (below 1: the first
-    is faster) and its wrong count."""
+    """A Markdown table per (bench, op), one row per size (or rank count); ``_Columns`` says which."""
     out = io.StringIO()
     groups: dict[tuple[str, str], list[Record]] = {}
     for record in records:
         groups.setdefault((record.bench, record.op), []).append(record)
     for (bench, op), group in groups.items():
-        base, *others = dict.fromkeys(r.impl for r in group)
-        by_point: dict[tuple, dict[str, Record]] = {}
-        for r in group:
-            by_point.setdefault((r.ranks, r.bytes), {})[r.impl] = r
-        sweep_ranks = len({r.ranks for r in group}) > 1
-        sized = any(r.count for r in group)
-        bandwidth = any(r.busbw_gbs is not None for r in group)
-        checked = any(r.wrong is not None for r in group)
-        head = ["ranks" if sweep_ranks else "size"] + (["count"] if sized else [])
-        head += [f"{base} min", "median", "max"] + (["algbw GB/s", "busbw GB/s"] if bandwidth else [])
-        head += ["#wrong"] if checked else []
-        for other in others:
-            head += [f"{other}", f"{base} / {other}"] + (["#wrong"] if checked else [])
+        columns = _Columns(group)
+        head = columns.header()
         out.write(f"\n{_title(bench, op, group[0])}\n\n| " + " | ".join(head) + " |\n|"
                   + "|".join("---:" for _ in head) + "|\n")
-        for (ranks, nbytes), row in by_point.items():
-            b = row.get(base)
-            cells = [str(ranks) if sweep_ranks else fmt_bytes(nbytes)] + ([str(b.count if b else "")] if sized else [])
-            mine = [_time(b.us_min), _time(b.us_median), _time(b.us_max)] if b and b.us_max else ["failed", "", ""]
-            if bandwidth:
-                mine += [_optional(b and b.algbw_gbs, ".2f"), _optional(b and b.busbw_gbs, ".2f")]
-            cells += mine + ([_optional(b and b.wrong, "d")] if checked else [])
-            for other in others:
-                o = row.get(other)
-                if o is None or not o.us_max:
-                    cells += ["failed" if o else "", ""] + ([""] if checked else [])
-                    continue
-                ratio = f"{b.us_max / o.us_max:.2f}" if b and b.us_max else ""
-                cells += [_time(o.us_max), ratio] + ([_optional(o.wrong, "d")] if checked else [])
-            out.write("| " + " | ".join(cells) + " |\n")
-        for note in sorted({f"{r.impl} at {r.ranks} ranks: {r.note}" if sweep_ranks else f"{r.impl}: {r.note}"
+        points: dict[tuple[int, int], dict[str, Record]] = {}
+        for r in group:
+            points.setdefault((r.ranks, r.bytes), {})[r.impl] = r
+        for (ranks, nbytes), point in points.items():
+            out.write("| " + " | ".join(columns.row(ranks, nbytes, point)) + " |\n")
+        for note in sorted({f"{r.impl} at {r.ranks} ranks: {r.note}" if columns.by_ranks else f"{r.impl}: {r.note}"
                             for r in group if r.note}):
             out.write(f"\n{note}\n")
     return out.getvalue()
