@@ -5,7 +5,7 @@ events, no Work and no checks. hpc_c10d's per-call overhead is the difference.""
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 __all__ = ["direct_step"]
 
@@ -16,14 +16,16 @@ def direct_step(op_name: str, inp: Any, member: str) -> Callable[[], int]:
         raise NotImplementedError("the direct NCCL comparison covers all_reduce only")
     import cupy
 
-    import hpc_c10d as dist
-
+    from .._state import default_group
+    from ..nccl.backend import NCCLBackend
     from ..nccl.buffers import as_device_buffer
     from ..nccl.dtypes import nccl_reduction
     from ..reduce_op import RedOpType
 
     buf = as_device_buffer(inp)
-    comm = dist.group.WORLD._transport_for_device("cuda")._connect(buf.device)  # collective, once
+    # the world's cuda transport is the NCCL backend, or a debug wrapper that hands calls on to it
+    transport = cast(NCCLBackend, default_group()._transport_for_device("cuda"))
+    comm = transport._connect(buf.device)  # collective, once
     red = nccl_reduction(RedOpType[member.upper()], buf.dtype, "all_reduce")
     stream = cupy.cuda.get_current_stream(buf.device).ptr
     return partial(comm.nccl.ncclAllReduce, buf.ptr, buf.ptr, buf.size * red.width, red.datatype, red.op,

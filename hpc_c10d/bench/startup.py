@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from typing import Any, Callable
 
 from .report import Progress, Record
 
@@ -30,7 +32,8 @@ PHASES = ("init + first all_reduce", "store set", "store get (neighbour)", "stor
 _LAUNCH = "launch to exit"
 
 
-def _timed_phases(init, all_reduce, store_of) -> tuple[int, list[float]]:
+def _timed_phases(init: Callable[[], tuple[int, int]], all_reduce: Callable[[], object],
+                  store_of: Callable[[], Any]) -> tuple[int, list[float]]:
     """(rank, seconds for each of PHASES on this rank); ``init`` starts the group, returns (rank, size)."""
     clock = time.perf_counter
     start = clock()
@@ -47,37 +50,41 @@ def _timed_phases(init, all_reduce, store_of) -> tuple[int, list[float]]:
     return rank, [b - a for a, b in zip([start] + marks, marks)]
 
 
+def _hpc_c10d() -> tuple[Any, Callable[[], tuple[int, int]], Callable[[], object]]:
+    """hpc_c10d as the module to finish with, how it starts (rank, size) and a first all_reduce."""
+    import numpy as np
+
+    import hpc_c10d
+
+    def init() -> tuple[int, int]:
+        hpc_c10d.init_process_group()
+        return hpc_c10d.get_rank(), hpc_c10d.get_world_size()
+
+    return hpc_c10d, init, partial(hpc_c10d.all_reduce, np.ones(1, np.float32))
+
+
+def _torch() -> tuple[Any, Callable[[], tuple[int, int]], Callable[[], object]]:
+    """torch.distributed the same way: gloo through the default env:// rendezvous."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as tdist
+
+    from ..jobenv import detect
+
+    job = detect()
+    torch.set_num_threads(1)
+
+    def init() -> tuple[int, int]:
+        tdist.init_process_group("gloo", rank=job.env_rank, world_size=job.env_size, timeout=timedelta(seconds=600))
+        return tdist.get_rank(), tdist.get_world_size()
+
+    return tdist, init, partial(tdist.all_reduce, torch.ones(1))
+
+
 def child(impl: str, out_dir: str) -> int:
     """One rank of a start-up job: measure, write ``<out_dir>/<impl>-<rank>.json``, finish cleanly."""
-    if impl == "hpc_c10d":
-        import numpy as np
-
-        import hpc_c10d as api
-
-        def init():
-            api.init_process_group()
-            return api.get_rank(), api.get_world_size()
-
-        def all_reduce():
-            api.all_reduce(np.ones(1, np.float32))
-    else:
-        from datetime import timedelta
-
-        import torch
-        import torch.distributed as api
-
-        from ..jobenv import detect
-
-        job = detect()
-        torch.set_num_threads(1)
-
-        def init():
-            api.init_process_group("gloo", rank=job.env_rank, world_size=job.env_size,
-                                   timeout=timedelta(seconds=600))
-            return job.env_rank, job.env_size
-
-        def all_reduce():
-            api.all_reduce(torch.ones(1))
+    api, init, all_reduce = _torch() if impl == "torch" else _hpc_c10d()
     rank, phases = _timed_phases(init, all_reduce, api.distributed_c10d._get_default_store)
     api.barrier()
     Path(out_dir, f"{impl}-{rank}.json").write_text(json.dumps(phases))
@@ -99,8 +106,12 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _launch(impl: str, ranks: int, launcher: str, timeout_s: float) -> tuple[list[list[float]] | None, float, str]:
-    """Run one job; (per-rank phase seconds or None, wall seconds, why it failed)."""
+class _LaunchFailed(Exception):
+    """A start-up job that did not finish, or not with every rank's times; the message says how."""
+
+
+def _launch(impl: str, ranks: int, launcher: str, timeout_s: float) -> tuple[list[list[float]], float]:
+    """Run one job; (per-rank phase seconds, wall seconds)."""
     with tempfile.TemporaryDirectory(prefix="hpc_c10d-startup-") as out_dir:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), GLOO_SOCKET_IFNAME="lo",
                    OMP_NUM_THREADS="1")
@@ -113,8 +124,22 @@ def _launch(impl: str, ranks: int, launcher: str, timeout_s: float) -> tuple[lis
         if done.returncode or len(files) != ranks:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             why = "timed out" if done.returncode in (124, 137) else f"exit status {done.returncode}"
-            return None, wall, f"{ranks} ranks: {why}, {len(files)}/{ranks} ranks reported; " + " | ".join(tail)
-        return [json.loads(f.read_text()) for f in files], wall, ""
+            raise _LaunchFailed(f"{ranks} ranks: {why}, {len(files)}/{ranks} ranks reported; " + " | ".join(tail))
+        return [json.loads(f.read_text()) for f in files], wall
+
+
+def _phase_records(impl: str, ranks: int, runs: list[list[list[float]]], walls: list[float]) -> list[Record]:
+    """Each phase's min/median/max over ranks (median over the runs), then the launch's wall time."""
+    records = []
+    for index, phase in enumerate(PHASES):
+        spreads = [[min(v), statistics.median(v), max(v)] for v in ([r[index] for r in run] for run in runs)]
+        low, mid, high = (statistics.median(column) * 1e6 for column in zip(*spreads))
+        records.append(Record(bench="startup", op=phase, impl=impl, ranks=ranks, iters=1, rounds=len(runs),
+                              us_min=low, us_median=mid, us_max=high))
+    wall = statistics.median(walls) * 1e6
+    records.append(Record(bench="startup", op=_LAUNCH, impl=impl, ranks=ranks, iters=1, rounds=len(runs),
+                          us_min=wall, us_median=wall, us_max=wall))
+    return records
 
 
 def sweep(rank_counts: list[int], impls: list[str], launcher: str, repeats: int, timeout_s: float,
@@ -125,23 +150,16 @@ def sweep(rank_counts: list[int], impls: list[str], launcher: str, repeats: int,
     records = []
     for ranks in rank_counts:
         for impl in impls:
-            runs, walls, failure = [], [], ""
-            for _ in range(repeats):
-                per_rank, wall, failure = _launch(impl, ranks, launcher, timeout_s)
-                progress.step(f"{impl} at {ranks} ranks" + (" FAILED" if failure else ""))
-                if failure:
-                    break
-                runs.append(per_rank)
-                walls.append(wall)
-            if failure:
-                records.append(Record(bench="startup", op=PHASES[0], impl=impl, ranks=ranks, note=failure))
+            runs, walls = [], []
+            try:
+                for _ in range(repeats):
+                    per_rank, wall = _launch(impl, ranks, launcher, timeout_s)
+                    progress.step(f"{impl} at {ranks} ranks")
+                    runs.append(per_rank)
+                    walls.append(wall)
+            except _LaunchFailed as failure:
+                progress.step(f"{impl} at {ranks} ranks FAILED")
+                records.append(Record(bench="startup", op=PHASES[0], impl=impl, ranks=ranks, note=str(failure)))
                 continue
-            for index, phase in enumerate(PHASES):
-                spreads = [[min(v), statistics.median(v), max(v)] for v in ([r[index] for r in run] for run in runs)]
-                low, mid, high = (statistics.median(column) * 1e6 for column in zip(*spreads))
-                records.append(Record(bench="startup", op=phase, impl=impl, ranks=ranks, iters=1, rounds=repeats,
-                                      us_min=low, us_median=mid, us_max=high))
-            wall = statistics.median(walls) * 1e6
-            records.append(Record(bench="startup", op=_LAUNCH, impl=impl, ranks=ranks, iters=1, rounds=repeats,
-                                  us_min=wall, us_median=wall, us_max=wall))
+            records += _phase_records(impl, ranks, runs, walls)
     return records
