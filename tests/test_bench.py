@@ -1,6 +1,7 @@
 """``python -m hpc_c10d bench``: its arithmetic in process, and the CLI under real mpiexec at 1 and 2
 ranks with tiny sizes: valid JSON and CSV that agree, every result checked, and a result corrupted
 through the test hook counted as wrong (exit status 1). Serial tests: they launch their own jobs."""
+import argparse
 import csv
 import importlib.util
 import io
@@ -10,11 +11,13 @@ import os
 import numpy as np
 import pytest
 
-from _launch import launch, outer_world_size
+from _launch import ROOT, launch, outer_world_size
+from hpc_c10d._extras import install_hint
 from hpc_c10d.arrays import bfloat16
-from hpc_c10d.bench import parser
+from hpc_c10d.bench import main, parser
 from hpc_c10d.bench.collective_ops import COLLECTIVES, Case, contribution, reference_reduce
 from hpc_c10d.bench.collectives import CORRUPT_ENV, count_wrong
+from hpc_c10d.bench.options import SUB_BENCHMARKS
 from hpc_c10d.bench.report import Record, table
 from hpc_c10d.bench.units import parse_bytes, parse_range, sweep
 
@@ -79,6 +82,8 @@ def test_count_wrong_counts_elements_and_tolerates_rounding_only():
     (["collectives", "--ops", "allreduce"], "unknown allreduce"),
     (["collectives", "-d", "float128"], "invalid choice"),
     (["collectives", "--compare", "gloo"], "unknown gloo"),
+    (["p2p", "--compare", "nccl"], "unknown nccl"),
+    (["stores", "--compare", "mpi4py"], "unknown mpi4py"),
     (["startup", "--ranks", "0:4"], "bad rank counts"),
     (["stores", "-r", "0"], "not a positive integer"),
     (["p2p", "-f", "1"], "at least 2"),
@@ -91,6 +96,44 @@ def test_bad_arguments_exit_2_before_any_communication(argv, message, capsys):
         parser().parse_args(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def _sub_parsers():
+    """The bench's parser and its sub-benchmarks' parsers by name."""
+    top = parser()
+    (subs,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    return top, subs
+
+
+def test_every_option_has_plain_help():
+    """--help says what every option does, in plain text (no reST backticks)."""
+    top, subs = _sub_parsers()
+    assert list(subs.choices) == list(SUB_BENCHMARKS)
+    assert all(line.help and "`" not in line.help for line in subs._choices_actions)
+    for name, sub in [("bench", top), *subs.choices.items()]:
+        assert sub.description and "`" not in sub.description, name
+        for option in (a for a in sub._actions if a.option_strings and a.help != argparse.SUPPRESS):
+            assert option.help and "`" not in option.help, (name, option.option_strings)
+
+
+def test_compare_says_what_each_sub_benchmark_compares():
+    _, subs = _sub_parsers()
+    helps = {name: option.help for name, sub in subs.choices.items() for option in sub._actions
+             if "--compare" in option.option_strings}
+    assert set(helps) == {"collectives", "p2p", "stores", "startup"} and len(set(helps.values())) == 4
+    assert all(("nccl" in text.lower()) == (name == "collectives") for name, text in helps.items())
+    assert "Send/Recv" in helps["p2p"] and "TCPStore" in helps["stores"] and "env://" in helps["startup"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], f"name a sub-benchmark: {', '.join(SUB_BENCHMARKS)}"),
+    (["collectives", "--compare", "nccl"], "--compare nccl needs --device cuda"),
+])
+def test_usage_errors_exit_2_before_any_communication(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"error: {message}" in capsys.readouterr().err
 
 
 def _point(op, impl, us, wrong=None, bench="checkpoint"):
@@ -140,6 +183,12 @@ def _bench(ranks, argv, tmp_path, env=None, expect_rc=0):
     for record in document["results"]:
         assert set(record) == set(Record.__dataclass_fields__)
     return proc.stdout, document, rows
+
+
+def _said(proc):
+    """The bench's own lines on stderr (a launcher may add its own about the exit status); no traceback."""
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("python -m hpc_c10d bench")]
 
 
 def _measured(document):
@@ -204,7 +253,8 @@ def test_p2p_latency_and_bandwidth_between_pairs(tmp_path):
 @needs_own_job
 def test_p2p_on_one_rank_says_why():
     proc, _ = launch(1, ["-m", "hpc_c10d", "bench", "p2p", *TINY], TIMEOUT_S)
-    assert proc.returncode != 0 and "p2p needs at least 2 ranks" in proc.stderr
+    assert proc.returncode == 2 and _said(proc) == [
+        "python -m hpc_c10d bench p2p: needs at least 2 ranks (it pairs rank 0 with 1, 2 with 3, ...)"]
 
 
 @needs_own_job
@@ -215,12 +265,12 @@ def test_stores_against_tcpstore(ranks, tmp_path):
     ops = {"set", "get", "get counter", "add", "compare_set", "contended add"}
     assert {(r["op"], r["impl"]) for r in doc["results"]} == {(op, s) for op in ops for s in stores}
     assert all(r["wrong"] == 0 and r["us_max"] > 0 for r in doc["results"])
-    assert "mpi4py" in doc["meta"]["notes"]
+    assert ("torch" in doc["meta"]["notes"]) == (not HAVE_TORCH)
 
 
 @needs_own_job
 def test_checkpoint_bandwidth(tmp_path):
-    pytest.importorskip("h5py", reason="h5py is not installed (pip install 'hpc-c10d[hdf5]')")
+    pytest.importorskip("h5py", reason=f"h5py is not installed ({install_hint('hdf5')})")
     _, doc, _ = _bench(2, ["checkpoint", "--size", "1M", "--dir", str(tmp_path), "-r", "2", "-q"], tmp_path)
     assert {(r["op"], r["impl"]) for r in doc["results"]} == {
         (op, impl) for op in ("write", "read") for impl in ("hpc_c10d", "h5py")}
@@ -229,30 +279,75 @@ def test_checkpoint_bandwidth(tmp_path):
     assert not list(tmp_path.glob("bench-*.h5"))
 
 
-@needs_own_job
-def test_startup_sweep_launches_each_world_size(tmp_path):
-    """Run as one process, it starts one job per world size and implementation itself."""
+def _hidden(tmp_path, *modules):
+    """Environment entries under which ``import MODULE`` fails as if it were not installed."""
+    shadow = tmp_path / "hidden"
+    for name in modules:
+        (shadow / name).mkdir(parents=True)
+        (shadow / name / "__init__.py").write_text(f'raise ModuleNotFoundError("No module named {name!r}", '
+                                                   f'name={name!r})\n')
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(shadow), ROOT, os.environ.get("PYTHONPATH")) if p)}
+
+
+_PHASES = {"init + first all_reduce", "store set", "store get (neighbour)", "store add (shared)", "launch to exit"}
+
+
+def _startup(ranks, tmp_path, env=None):
+    """Run the start-up sweep with --compare as one process; return (stdout, JSON document)."""
     import subprocess
     import sys
 
-    from _launch import ROOT, fresh_env
+    from _launch import fresh_env
 
     out = tmp_path / "startup.json"
     proc = subprocess.run(["timeout", str(TIMEOUT_S), sys.executable, "-m", "hpc_c10d", "bench", "startup",
-                           "--ranks", "1,2", "--repeats", "1", "--compare", "-q", "--json", str(out)],
-                          env=fresh_env(), cwd=ROOT, capture_output=True, text=True)
+                           "--ranks", ranks, "--repeats", "1", "--compare", "-q", "--json", str(out)],
+                          env=fresh_env(**(env or {})), cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads(out.read_text())["results"]
+    document = json.loads(out.read_text())
+    assert all(r["us_max"] > 0 and not r["note"] for r in document["results"])
+    return proc.stdout, document
+
+
+@needs_own_job
+def test_startup_sweep_launches_each_world_size(tmp_path):
+    """Run as one process, it starts one job per world size and implementation itself."""
+    _, document = _startup("1,2", tmp_path)
     impls = {"hpc_c10d", "torch"} if HAVE_TORCH else {"hpc_c10d"}
-    phases = {"init + first all_reduce", "store set", "store get (neighbour)", "store add (shared)", "launch to exit"}
-    assert {(r["ranks"], r["impl"], r["op"]) for r in results} == {
-        (n, i, p) for n in (1, 2) for i in impls for p in phases}
-    assert all(r["us_max"] > 0 and not r["note"] for r in results)
+    assert {(r["ranks"], r["impl"], r["op"]) for r in document["results"]} == {
+        (n, i, p) for n in (1, 2) for i in impls for p in _PHASES}
+    assert ("torch" in document["meta"]["notes"]) == (not HAVE_TORCH)
+
+
+@needs_own_job
+def test_startup_leaves_torch_out_with_a_note_where_torch_is_missing(tmp_path):
+    stdout, document = _startup("1", tmp_path, env=_hidden(tmp_path, "torch"))
+    assert {(r["impl"], r["op"]) for r in document["results"]} == {("hpc_c10d", p) for p in _PHASES}
+    note = f"torch is not installed ({install_hint('torch')})"
+    assert document["meta"]["notes"] == {"torch": note} and f"# torch left out: {note}" in stdout
+
+
+@needs_own_job
+@pytest.mark.parametrize("argv, hidden, message", [
+    (["torch"], ["torch"], f"torch is not installed ({install_hint('torch')})"),
+    (["collectives", "--device", "cuda"], ["cupy"],
+     f"--device cuda: cupy is not installed ({install_hint('cuda13')} or {install_hint('cuda12')})"),
+    (["checkpoint", "--dir", "{missing}"], [], "--dir {missing}: no such directory"),
+    (["checkpoint"], ["h5py"], f"h5py is not installed ({install_hint('hdf5')})"),
+    (["p2p", "--plot", "p2p.png"], ["matplotlib"], f"--plot: matplotlib is not installed ({install_hint('plot')})"),
+])
+def test_what_a_sub_benchmark_lacks_is_said_once_before_any_work(argv, hidden, message, tmp_path):
+    """One line from rank 0, no traceback, exit status 2 on every rank (nothing was measured)."""
+    missing = str(tmp_path / "no such dir")
+    argv = [a.format(missing=missing) for a in argv]
+    proc, cmd = launch(2, ["-m", "hpc_c10d", "bench", *argv, "-q"], TIMEOUT_S, env=_hidden(tmp_path, *hidden))
+    assert proc.returncode == 2, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+    assert _said(proc) == [f"python -m hpc_c10d bench {argv[0]}: {message.format(missing=missing)}"]
 
 
 @needs_own_job
 def test_plot_is_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'hpc-c10d[plot]')")
+    pytest.importorskip("matplotlib", reason=f"matplotlib is not installed ({install_hint('plot')})")
     png = tmp_path / "bench.png"
     _bench(2, ["collectives", "--ops", "all_reduce,broadcast", "--compare", "mpi4py", "--plot", str(png), *TINY],
            tmp_path)
@@ -269,8 +364,6 @@ def test_csv_on_stdout_parses(tmp_path):
 
 def test_the_benchmark_scripts_are_thin_callers():
     """One instrument: every script in benchmarks/ hands its arguments to ``python -m hpc_c10d bench``."""
-    from _launch import ROOT
-
     scripts = [f for f in os.listdir(os.path.join(ROOT, "benchmarks")) if f.endswith(".py") and f[0] != "_"]
     assert scripts
     for name in scripts:

@@ -14,10 +14,11 @@ import time
 
 import numpy as np
 
+from .optional import unimportable
 from .report import Record
 from .sweep import Sweep
 
-__all__ = ["run"]
+__all__ = ["run", "unusable"]
 
 
 def _slabs(rows: int, ranks: int) -> list[int]:
@@ -28,6 +29,18 @@ def _slabs(rows: int, ranks: int) -> list[int]:
         extents[0] += moved
         extents[-1] -= moved
     return extents
+
+
+def unusable(directory: str) -> str | None:
+    """Why this rank cannot run the benchmark with its files in ``directory`` (None: it can)."""
+    problem = unimportable("h5py", "hdf5")
+    if problem:
+        return problem
+    if not os.path.isdir(directory):
+        return f"--dir {directory}: no such directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"--dir {directory}: no permission to write there"
+    return None
 
 
 def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:

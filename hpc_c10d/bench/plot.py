@@ -15,14 +15,13 @@ def _metric(records: list[Record], choice: str) -> str:
 
 
 def plot(records: list[Record], path: str, metric: str = "auto") -> None:
-    """Write ``path``; ``metric`` is ``busbw``, ``time`` or ``auto`` (bandwidth where there is one)."""
-    try:
-        import matplotlib
+    """Write ``path``; ``metric`` is ``busbw``, ``time`` or ``auto`` (bandwidth where there is one).
+    The command line has made sure that matplotlib is there."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise SystemExit(f"--plot needs matplotlib: pip install 'hpc-c10d[plot]' ({exc})") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     panels: dict[tuple[str, str], list[Record]] = {}
     for record in records:  # an operation without sizes (barrier) has no curve to draw
         if record.us_max > 0 and (record.bytes or record.bench == "startup"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 from datetime import timedelta
@@ -9,19 +10,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["unavailable", "single_host", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
+from .optional import unimportable
+
+__all__ = ["torch_missing", "single_host", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
 
 
-def unavailable(comm: Any) -> str | None:
-    """Why torch.distributed cannot be compared on some rank (None: it can, everywhere)."""
-    try:
-        import torch.distributed as tdist
-
-        problem = None if tdist.is_available() else "torch.distributed is not available in this torch build"
-    except ImportError as exc:
-        problem = f"torch is not installed ({exc})"
-    problems = [p for p in comm.allgather(problem) if p]
-    return problems[0] if problems else None
+def torch_missing() -> str | None:
+    """Why torch.distributed cannot run in this process (None: it can)."""
+    problem = unimportable("torch.distributed", "torch")
+    if problem is None and not importlib.import_module("torch.distributed").is_available():
+        return "torch.distributed is not available in this torch build"
+    return problem
 
 
 def single_host(comm: Any) -> str | None:
