@@ -335,6 +335,7 @@ def test_startup_leaves_torch_out_with_a_note_where_torch_is_missing(tmp_path):
     (["checkpoint", "--dir", "{missing}"], [], "--dir {missing}: no such directory"),
     (["checkpoint"], ["h5py"], f"h5py is not installed ({install_hint('hdf5')})"),
     (["p2p", "--plot", "p2p.png"], ["matplotlib"], f"--plot: matplotlib is not installed ({install_hint('plot')})"),
+    (["startup"], [], "run it as one process (not under mpiexec or srun); it launches the jobs"),
 ])
 def test_what_a_sub_benchmark_lacks_is_said_once_before_any_work(argv, hidden, message, tmp_path):
     """One line from rank 0, no traceback, exit status 2 on every rank (nothing was measured)."""

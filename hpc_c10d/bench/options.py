@@ -160,7 +160,8 @@ def _sized_options(sub: argparse.ArgumentParser, ops: tuple[str, ...], default_o
     sub.add_argument("-b", "--sizes", type=parse_range, default=sizes, metavar="MIN:MAX",
                      help=f"bytes, e.g. 8:256M (default {sizes})")
     sub.add_argument("-f", "--factor", type=_growth, default=factor, help=f"size step factor (default {factor})")
-    sub.add_argument("-d", "--dtype", choices=_DTYPES, default="float32", help="element type (default float32)")
+    sub.add_argument("-d", "--dtype", choices=_DTYPES, default="float32", metavar="DTYPE",
+                     help=f"element type: {', '.join(_DTYPES)} (default float32)")
     sub.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where the buffers live: cpu (numpy arrays) or cuda (cupy arrays, NCCL) (default cpu)")
 
@@ -168,7 +169,8 @@ def _sized_options(sub: argparse.ArgumentParser, ops: tuple[str, ...], default_o
 def _reduction_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("-o", "--redop", choices=tuple(REDUCTIONS), default="sum",
                      help="the reduction of the reducing collectives (default sum)")
-    sub.add_argument("-a", "--async", dest="async_op", action="store_true", help="async_op=True and wait()")
+    sub.add_argument("-a", "--async", dest="async_op", action="store_true",
+                     help="each call with async_op=True, then wait() on its Work")
 
 
 def parser() -> argparse.ArgumentParser:
