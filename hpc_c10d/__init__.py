@@ -5,12 +5,17 @@
 the transport. Importing this package starts nothing; MPI starts in ``init_process_group``.
 """
 
-from . import distributed_c10d, nccl  # nccl: bind_local_device(); loads no CUDA library
+from . import distributed_c10d
+from . import nccl as nccl  # bind_local_device(); loads no CUDA library
 from .debug import set_debug_level, set_debug_level_from_env
 from .distributed_c10d import *  # noqa: F403 - the torch.distributed names
-from .distributed_c10d import (  # private names torch users import
-    _all_gather_base, _get_default_group, _get_default_store, _make_nccl_premul_sum, _reduce_scatter_base,
-    _world,
+from .distributed_c10d import (  # private names torch users import ("x as x": re-exported)
+    _all_gather_base as _all_gather_base,
+    _get_default_group as _get_default_group,
+    _get_default_store as _get_default_store,
+    _make_nccl_premul_sum as _make_nccl_premul_sum,
+    _reduce_scatter_base as _reduce_scatter_base,
+    _world as _world,
 )
 from .distributed_c10d import __all__ as _c10d_all
 from .errors import DistBackendError, DistError, DistNetworkError, DistStoreError, QueueEmptyError

@@ -6,7 +6,7 @@ the plain op/root arguments) and always returns a ``Work``, as torch's methods d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .options import (
     AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions,
@@ -44,6 +44,22 @@ def _options(opts: Any, cls: type, **plain: Any) -> Any:
 
 class TorchProcessGroupAPI:
     """Mixin for ``ProcessGroup``: the method names and overloads of torch's ProcessGroup."""
+
+    # The validated operations ProcessGroup defines, each called here with async_op=True.
+    _broadcast: Callable[..., Work]
+    _all_reduce: Callable[..., Work]
+    _reduce: Callable[..., Work]
+    _all_gather: Callable[..., Work]
+    _all_gather_into_tensor: Callable[..., Work]
+    _gather: Callable[..., Work]
+    _scatter: Callable[..., Work]
+    _reduce_scatter: Callable[..., Work]
+    _reduce_scatter_tensor: Callable[..., Work]
+    _all_to_all_single: Callable[..., Work]
+    _all_to_all: Callable[..., Work]
+    _send: Callable[..., Work]
+    _recv: Callable[..., Work]
+    _barrier: Callable[..., Work]
 
     def broadcast(self, tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, BroadcastOptions) else _options(None, BroadcastOptions, rootRank=opts)

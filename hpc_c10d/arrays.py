@@ -11,16 +11,12 @@ import sys
 from typing import Any
 
 import numpy as np
+from ml_dtypes import bfloat16 as _bf16_type
 
 __all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output",
            "raise_unsupported"]
 
-try:
-    from ml_dtypes import bfloat16 as _bf16_type
-
-    bfloat16: np.dtype | None = np.dtype(_bf16_type)
-except ImportError:  # pragma: no cover - ml_dtypes is a core dependency
-    bfloat16 = None
+bfloat16 = np.dtype(_bf16_type)
 
 #: dtypes every CPU collective supports, by numpy name.
 SUPPORTED_DTYPES = (
@@ -34,7 +30,8 @@ SUPPORTED = frozenset(np.dtype(n) if n != "bfloat16" else bfloat16 for n in SUPP
 _DLPACK_DEVICE = {1: "cpu", 2: "cuda", 3: "cpu", 13: "cuda"}
 
 
-def _torch_tensor_type() -> type | None:
+def _torch_tensor_type() -> Any:
+    """``torch.Tensor`` if torch is imported, else None (Any: its attributes are torch's)."""
     torch = sys.modules.get("torch")
     return getattr(torch, "Tensor", None)
 

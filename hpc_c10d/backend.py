@@ -111,10 +111,14 @@ class BackendConfig:
         return self.device_backend_map
 
 
+def _unknown(name: str) -> ValueError:
+    known = ", ".join(sorted({*_BUILTIN, *_plugins}))
+    return ValueError(f"unknown backend {name!r}; available: {known}, or a device map ({_FORMAT_HINT})")
+
+
 def _require_known(name: str) -> None:
     if name not in _BUILTIN and name not in _plugins:
-        known = ", ".join(sorted({*_BUILTIN, *_plugins}))
-        raise ValueError(f"unknown backend {name!r}; available: {known}, or a device map ({_FORMAT_HINT})")
+        raise _unknown(name)
 
 
 def transport_factory(name: str) -> Callable[..., Any]:
@@ -123,7 +127,7 @@ def transport_factory(name: str) -> Callable[..., Any]:
         return _plugins[name]
     target = _BUILTIN.get(name)
     if target is None:
-        _require_known(name)
+        raise _unknown(name)
     module_name, attribute = target.split(":")
     try:
         module = importlib.import_module(module_name)

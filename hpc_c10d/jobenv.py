@@ -83,7 +83,8 @@ class JobEnv:
         parts = [f"launcher {self.launcher}"]
         if self.in_slurm_job:
             step = f".{self.step_id}" if self.step_id is not None else ""
-            parts.append(f"SLURM job {self.job_id}{step} on {self.num_nodes or '?'} node(s) {self.node_list or ''}".rstrip())
+            nodes = f"{self.num_nodes or '?'} node(s) {self.node_list or ''}".rstrip()
+            parts.append(f"SLURM job {self.job_id}{step} on {nodes}")
             if self.tasks_per_node:
                 parts.append(f"tasks/node {_compress(self.tasks_per_node)}")
             if self.cpus_per_task:

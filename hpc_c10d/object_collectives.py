@@ -71,7 +71,7 @@ def gather_object(obj: Any, object_gather_list: list | None = None, dst: int | N
     elif object_gather_list:
         raise ValueError("Argument ``gather_list`` must NOT be specified on non-destination ranks.")
     gathered = _object_comm(pg).gather(obj, root)
-    if gathered is not None:
+    if gathered is not None and object_gather_list is not None:  # the root: checked above
         object_gather_list[:pg.size()] = gathered
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import warnings
-from typing import Any
+from typing import Any, TypeAlias
 
 __all__ = ["ReduceOp", "RedOpType", "reduce_op", "_make_nccl_premul_sum", "check_op_for_dtype"]
 
@@ -38,7 +38,7 @@ class ReduceOp:
     is an instance that compares equal to it; instances hash like their member and pickle.
     """
 
-    RedOpType = RedOpType
+    RedOpType: TypeAlias = RedOpType  # an alias, so annotations in the class body still name the enum
     SUM = RedOpType.SUM
     AVG = RedOpType.AVG
     PRODUCT = RedOpType.PRODUCT
@@ -50,6 +50,8 @@ class ReduceOp:
     PREMUL_SUM = RedOpType.PREMUL_SUM
 
     __slots__ = ("op", "factor")
+    op: RedOpType
+    factor: Any
 
     def __init__(self, op: RedOpType = RedOpType.SUM) -> None:
         if not isinstance(op, RedOpType):
@@ -59,7 +61,7 @@ class ReduceOp:
         if op is RedOpType.PREMUL_SUM:
             raise ValueError("use _make_nccl_premul_sum(factor) to build a PREMUL_SUM ReduceOp")
         self.op = op
-        self.factor: Any = None
+        self.factor = None
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ReduceOp):

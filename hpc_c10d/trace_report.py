@@ -54,12 +54,13 @@ def summarize(dumps: list[dict[str, Any]]) -> str:
     missing = sorted(set(range(world)) - present)
     if missing:
         lines.append(f"  no dump from {rank_ranges(missing)} (dead, or could not write)")
-    reasons = {d.get("reason") for d in dumps if d.get("reason") not in (None, "another rank raised the alarm")}
+    reasons = {d["reason"] for d in dumps if d.get("reason") not in (None, "another rank raised the alarm")}
     lines += [f"  reported: {reason}" for reason in sorted(reasons)]
     groups: dict[str, dict[str, Any]] = {}
     for dump in dumps:
         for group in dump.get("groups", []):
-            groups.setdefault(group["name"], {"desc": group.get("desc"), "seqs": {}})["seqs"][dump["rank"]] = group["seq"]
+            entry = groups.setdefault(group["name"], {"desc": group.get("desc"), "seqs": {}})
+            entry["seqs"][dump["rank"]] = group["seq"]
     for name, group in groups.items():
         members = [d for d in dumps if d["rank"] in group["seqs"]]
         by_state: dict[str, list[int]] = defaultdict(list)

@@ -103,7 +103,7 @@ class Work:
 
     __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future")
 
-    _status = None  # receives (``ReceiveWork``) fill an MPI status
+    _status: Any = None  # receives (``ReceiveWork``) fill an MPI status
     _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
     _future_type = Future  # what ``get_future`` hands out
     op_name = "operation"

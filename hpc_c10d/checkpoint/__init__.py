@@ -60,7 +60,8 @@ def _agreed(state: dict, group: Any) -> Iterator[tuple[Any, list, list]]:
             mine: list[Leaf] | Exception = [leaf for leaf, _ in found]
         except (TypeError, ValueError) as exc:  # shared through agree(), so every rank raises it
             found, mine = [], exc
-        yield comm, list(zip(mine, agree(mine, comm))), [value for _, value in found]
+        extents = agree(mine, comm)  # raises on every rank if one could not read its state
+        yield comm, [(leaf, e) for (leaf, _), e in zip(found, extents)], [value for _, value in found]
     finally:
         comm.Free()
 

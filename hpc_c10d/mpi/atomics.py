@@ -70,11 +70,12 @@ class SharedAtomics:
 
 
 def _shared_atomics(shared: list[memoryview | None]) -> SharedAtomics | None:
-    if any(window is None for window in shared):
+    windows = [window for window in shared if window is not None]
+    if len(windows) < len(shared):
         return None
     try:  # PyDLL: the call is far shorter than handing the GIL over and back
         library = ctypes.PyDLL(ctypes.util.find_library("atomic") or "libatomic.so.1")
-        return SharedAtomics(library, shared)
+        return SharedAtomics(library, windows)
     except (OSError, AttributeError):  # no libatomic, or one without these functions
         return None
 
@@ -84,5 +85,6 @@ def pick(MPI: Any, comm: Any, win: Any, shared: list[memoryview | None]) -> MPIA
     rank maps every window (``shared``, this rank's view) and has libatomic, else MPI's."""
     fast = _shared_atomics(shared)
     if comm.allreduce(fast is not None, op=MPI.LAND):
+        assert fast is not None  # this rank voted too
         return fast
     return MPIAtomics(MPI, win)

@@ -8,9 +8,10 @@ progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
 ``MPICH_ASYNC_PROGRESS`` it never spins; its wake-ups still cost large collectives a few
 percent on a machine with no idle core, so it backs off while the rank drives MPI itself:
 ``progress.activity()`` counts what the rank started (hpc_c10d points it at its groups'
-sequence numbers), and a wake-up that finds it moved doubles the sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
-stops calling, every wake-up probes and halves the sleep back to ``interval``: a store operation
-aimed at a rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
+sequence numbers), and a wake-up that finds it moved doubles the sleep (up to ``BUSY_INTERVAL``)
+instead of probing. Once the rank stops calling, every wake-up probes and halves the sleep back
+to ``interval``: a store operation aimed at a rank that has just left its collectives waits at
+most about 2 x ``BUSY_INTERVAL``.
 
 The thread needs the GIL for each wake-up. A rank computing in pure Python hands it over
 within CPython's switch interval (5 ms); numpy or torch kernels that release the GIL for

@@ -38,6 +38,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -282,13 +283,13 @@ class ShardedTable:
         while True:
             if before % 2 == 0:
                 try:
-                    result = read()
+                    result, torn = read(), False
                 except _Torn:
-                    result = _Torn
+                    torn = True
                 if self._shared[rank] is not None:  # plain loads: keep them before the version's
                     self._win.Sync()
                 after = self._fetch(rank, _VERSION)
-                if result is not _Torn and after == before:
+                if not torn and after == before:
                     return result
                 before = after
                 if after % 2 == 0:
@@ -406,13 +407,13 @@ class ShardedTable:
     def count(self) -> int:
         """Return the number of visible keys over all ranks."""
         with self._guard:
-            return sum(self._consistent(rank, lambda: self._read_words(rank, _VISIBLE, 1)[0])
+            return sum(self._consistent(rank, partial(self._read_words, rank, _VISIBLE, 1))[0]
                        for rank in range(self._size))
 
     def keys(self) -> list[bytes]:
         """Return every key (internal ones included)."""
         with self._guard:
-            return [key for rank in range(self._size) for key in self._consistent(rank, lambda: self._keys_of(rank))]
+            return [key for rank in range(self._size) for key in self._consistent(rank, partial(self._keys_of, rank))]
 
     def _keys_of(self, rank: int) -> list[bytes]:
         table = self._read(rank, _SLOTS, self._nslots * _SLOT)
@@ -458,7 +459,7 @@ class ShardedTable:
             try:
                 slot, reusable = self._find(rank, key, tag, start, reads_old)
                 while True:
-                    counter = slot is not None and slot.counter
+                    counter = slot if slot is not None and slot.counter else None  # the slot, if a counter's
                     old = None if slot is None else str(_value(slot.word)).encode() if counter else \
                         slot.value if reads_old else b""
                     new, result = change(old)
@@ -466,25 +467,25 @@ class ShardedTable:
                         return result
                     number = None if new is DELETE else _as_counter(new)
                     if counter and number is not None:  # stays a counter: one swap, same generation
-                        desired = _counter(_gen(slot.word), number)
-                        found = self._swap(rank, self._counter_disp(slot.index), slot.word, desired)
-                        if found == slot.word:
-                            self._remember(key, rank, slot.index, desired)
+                        desired = _counter(_gen(counter.word), number)
+                        found = self._swap(rank, self._counter_disp(counter.index), counter.word, desired)
+                        if found == counter.word:
+                            self._remember(key, rank, counter.index, desired)
                             return result
-                        slot.word = found  # an add got in first: decide again on its value
+                        counter.word = found  # an add got in first: decide again on its value
                         continue
                     plan = None if new is DELETE else self._plan(rank, key, slot, reusable, new, number)
                     if not counter:
                         break
-                    sealed = _counter(_gen(slot.word) + 1, 0)  # stale lock-free adds now fail
-                    found = self._swap(rank, self._counter_disp(slot.index), slot.word, sealed)
-                    if found == slot.word:
-                        slot.word, slot.value_size = sealed, 0
+                    sealed = _counter(_gen(counter.word) + 1, 0)  # stale lock-free adds now fail
+                    found = self._swap(rank, self._counter_disp(counter.index), counter.word, sealed)
+                    if found == counter.word:
+                        counter.word, counter.value_size = sealed, 0
                         break
                     if plan is not None:
-                        self._unplan(rank, slot, plan)
-                    slot.word = found
-                if new is DELETE:
+                        self._unplan(rank, counter, plan)
+                    counter.word = found
+                if plan is None:  # new is DELETE
                     if slot is not None:
                         self._remove(rank, key, slot)
                 else:

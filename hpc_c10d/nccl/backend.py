@@ -15,6 +15,7 @@ nobody else.
 from __future__ import annotations
 
 import collections
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..errors import DistBackendError
@@ -191,12 +192,12 @@ class NCCLBackend(Transport):
         """A reduction step: ``call(handle, stream, count, datatype, nccl_op)`` for ``buf``'s
         elements, with a PREMUL_SUM op made for the call (the group destroys it)."""
         red = nccl_reduction(op, buf.dtype, name)
-        count, nccl = buf.size * red.width, self._nccl
-        if red.factor is None:
+        count, nccl, factor = buf.size * red.width, self._nccl, red.factor
+        if factor is None:
             return lambda handle, stream, created: call(handle, stream, count, red.datatype, red.op)
 
         def premul(handle: int, stream: int, created: list) -> int:
-            created.append(nccl.premul_sum(red.factor, red.datatype, handle))
+            created.append(nccl.premul_sum(factor, red.datatype, handle))
             return call(handle, stream, count, red.datatype, created[-1])
 
         return premul
@@ -261,8 +262,8 @@ class NCCLBackend(Transport):
             return self.allgather(span, inp, async_op, user)
         device = self._device([inp, *outs], "all_gather")
         nccl = self._nccl
-        steps = [self._moving(lambda handle, stream, r=r, o=o: nccl.ncclBroadcast(
-            inp.ptr, o.ptr, o.nbytes, BYTES, r, handle, stream)) for r, o in enumerate(outs)]
+        steps = [self._moving(partial(nccl.ncclBroadcast, inp.ptr, o.ptr, o.nbytes, BYTES, r))  # then (handle, stream)
+                 for r, o in enumerate(outs)]
         return self._launch("all_gather", self._connect(device), inp, self._group(steps, "ncclBroadcast"),
                             async_op, user, (outs, inp))
 
@@ -380,6 +381,7 @@ class NCCLBackend(Transport):
                  for is_send, buf, peer, _ in ops]
         work = self._launch("batch_isend_irecv", self._connect(device), ops[0][1],
                             self._group(steps, "ncclSend/ncclRecv"), True, [user for _, _, _, user in ops], ops)
+        assert work is not None  # async_op=True: _launch hands back the Work
         return [work] * len(ops)
 
     # ---- health and lifetime --------------------------------------------------------------

@@ -61,7 +61,7 @@ class Communicator:
 
     def __init__(self, nccl: Nccl, handle: ctypes.c_void_p, device: int, rank: int, size: int) -> None:
         self.nccl = nccl
-        self.handle = handle.value
+        self.handle: int = handle.value or 0  # ncclComm_t; 0 for NULL
         self.device = device
         self.rank = rank
         self.size = size

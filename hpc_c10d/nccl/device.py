@@ -30,9 +30,10 @@ def bind_local_device() -> int:
     """
     from .._state import _world
 
-    if _world.default_pg is None:
+    local_rank = _world.node_local_rank
+    if _world.default_pg is None or local_rank is None:
         raise ValueError("bind_local_device() needs the default process group: call init_process_group() first")
-    device = local_device(_world.node_local_rank, cuda.device_count())
+    device = local_device(local_rank, cuda.device_count())
     cuda.cupy().cuda.Device(device).use()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():

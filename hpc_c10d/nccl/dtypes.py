@@ -32,8 +32,7 @@ _REDUCIBLE: dict[np.dtype, tuple[int, np.dtype, int]] = {
 _REDUCIBLE[np.dtype(bool)] = (DataType.UINT8, np.dtype(np.uint8), 1)
 _REDUCIBLE[np.dtype(np.complex64)] = (DataType.FLOAT32, np.dtype(np.float32), 2)
 _REDUCIBLE[np.dtype(np.complex128)] = (DataType.FLOAT64, np.dtype(np.float64), 2)
-if bfloat16 is not None:
-    _REDUCIBLE[bfloat16] = (DataType.BFLOAT16, bfloat16, 1)
+_REDUCIBLE[bfloat16] = (DataType.BFLOAT16, bfloat16, 1)
 
 _OPS = {RedOpType.SUM: RedOp.SUM, RedOpType.AVG: RedOp.AVG, RedOpType.PRODUCT: RedOp.PROD,
         RedOpType.MIN: RedOp.MIN, RedOpType.MAX: RedOp.MAX}

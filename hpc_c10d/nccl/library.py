@@ -20,7 +20,7 @@ import ctypes
 import importlib.util
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import DistBackendError
 
@@ -101,6 +101,9 @@ class Nccl:
         self.check(self.ncclGetVersion(ctypes.byref(version)), "ncclGetVersion")
         self.version_code = version.value
         self.has_split = hasattr(self, "ncclCommSplit")
+
+    if TYPE_CHECKING:  # the nccl* entry points are set by _bind, from the tables above
+        def __getattr__(self, name: str) -> Callable[..., int]: ...
 
     def _bind(self, name: str, argtypes: list[Any]) -> None:
         function = getattr(self._lib, name)

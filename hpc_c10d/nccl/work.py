@@ -27,6 +27,7 @@ class _EventFuture(Future):
     make the current stream wait instead; a host wait is the safe superset)."""
 
     __slots__ = ()
+    _work: CUDAWork | None
 
     def wait(self) -> Any:
         if not self._done and self._work is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 __all__ = ["Store", "DEFAULT_TIMEOUT", "as_key", "as_keys", "as_value", "as_amount", "as_timeout"]
 
@@ -140,7 +141,7 @@ class Store:
         raise NotImplementedError(f"{type(self).__name__} cannot list its keys")
 
 
-def as_amount(amount: object) -> int:
+def as_amount(amount: Any) -> int:
     """Return ``amount`` as an int; TypeError for floats and other non-integers."""
     try:
         return operator.index(amount)

@@ -48,6 +48,8 @@ class _ClosedTable:
     """Stands in for the table of a closed store: its settings stay readable, anything else raises
     (the window is gone; touching its memory would crash the process)."""
 
+    lock_timeout: float  # set_timeout on a closed store still sets it; nothing reads it
+
     def __init__(self, capacity: int, max_keys: int) -> None:
         self.capacity, self.max_keys = capacity, max_keys
 
@@ -103,8 +105,8 @@ class MPIStore(KeyValueStore):
         every = base.allgather(settings)
         problems = [(rank, s) for rank, s in enumerate(every) if isinstance(s, Exception)]
         if problems:
-            rank, err = problems[0]
-            raise type(err)(f"MPIStore on rank {rank}: {err}")
+            rank, problem = problems[0]
+            raise type(problem)(f"MPIStore on rank {rank}: {problem}")
         if len(set(every)) > 1:
             raise ValueError("MPIStore: (capacity, max_keys, progress interval) differ between ranks: "
                              f"{sorted(set(every))}")
@@ -112,7 +114,7 @@ class MPIStore(KeyValueStore):
         from ..mpi.rma_table import ShardedTable  # late: the table builds on key_value
 
         self._comm, self._ranks = base.Dup(), base.Get_size()
-        self._table = ShardedTable(MPI, self._comm, capacity, max_keys)
+        self._table: ShardedTable | _ClosedTable = ShardedTable(MPI, self._comm, capacity, max_keys)
         self._table.lock_timeout = self._timeout.total_seconds()
         progress.join(MPI, self._comm, interval)
         self._open = True

@@ -194,7 +194,8 @@ class ProcessGroupHPC(dist.ProcessGroup):
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce one tensor over the group and give each rank its block."""
-        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp), opts.asyncOp)
+        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp),
+                                                  opts.asyncOp)
         return TorchWork(work, [output])
 
     reduce_scatter_single = _reduce_scatter_base
