@@ -1,14 +1,25 @@
-"""Packaging promises: a light import, the info command, and optional dependencies stay optional."""
+"""Packaging promises: a light import, the info command, optional dependencies stay optional, and
+pyproject.toml agrees with itself (one version, py.typed shipped, one oldest Python, one ruff).
+
+Building and installing the wheel is .ci/check_package's job (too slow for the suite)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE_VERSION = re.search(r'^__version__ = "([^"]+)"$', (ROOT / "hpc_c10d" / "__init__.py").read_text(), re.M)[1]
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
@@ -30,7 +41,7 @@ def test_import_starts_nothing_heavy():
         "print(hpc_c10d.__version__)\n"
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "0.1.0"
+    assert result.stdout.strip() == SOURCE_VERSION
 
 
 def test_works_without_torch_installed():
@@ -66,3 +77,35 @@ def test_info_command_reports_every_rank():
     assert "world size       3" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2]
+
+
+def test_version_is_set_in_one_place():
+    project = _pyproject()
+    assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hpc_c10d.__version__"}
+    try:
+        installed = metadata.version("hpc-c10d")
+    except metadata.PackageNotFoundError:
+        return
+    assert installed == SOURCE_VERSION, "the installed hpc-c10d is another version: reinstall it"
+
+
+def test_py_typed_ships():
+    project = _pyproject()
+    assert (ROOT / "hpc_c10d" / "py.typed").is_file()
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["hpc_c10d"]
+    assert "Typing :: Typed" in project["project"]["classifiers"]
+
+
+def test_mypy_checks_the_oldest_python():
+    """mypy checks against the Python that requires-python names (ruff reads requires-python itself)."""
+    project = _pyproject()
+    assert project["project"]["requires-python"] == ">=" + project["tool"]["mypy"]["python_version"]
+
+
+def test_extras_agree():
+    """The suite's extra covers the optional parts it tests, and every extra pins the same ruff."""
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert set(extras["hdf5"]) | set(extras["plot"]) <= set(extras["test"])
+    ruffs = {r for requirements in extras.values() for r in requirements if re.match(r"ruff\b", r)}
+    assert len(ruffs) == 1 and next(iter(ruffs)).startswith("ruff=="), ruffs
