@@ -33,14 +33,11 @@ def _slabs(rows: int, ranks: int) -> list[int]:
 
 def unusable(directory: str) -> str | None:
     """Why this rank cannot run the benchmark with its files in ``directory`` (None: it can)."""
-    problem = unimportable("h5py", "hdf5")
-    if problem:
-        return problem
     if not os.path.isdir(directory):
         return f"--dir {directory}: no such directory"
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"--dir {directory}: no permission to write there"
-    return None
+    return unimportable("h5py", "hdf5")
 
 
 def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:
