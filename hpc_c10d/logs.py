@@ -22,8 +22,9 @@ class _RankFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "rank"):
             pg = _world.default_pg
-            record.rank = pg._rank if pg is not None else "-"
-            record.msg = f"[rank {record.rank}] {record.msg}"
+            rank = pg._rank if pg is not None else "-"
+            record.__dict__["rank"] = rank  # as logging itself adds the fields of ``extra=``
+            record.msg = f"[rank {rank}] {record.msg}"
         return True
 
 

@@ -8,7 +8,7 @@ that serves their device, checked (lengths, dtypes, sizes, ranks), and only then
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -16,7 +16,10 @@ from ._pg_api import TorchProcessGroupAPI
 from .arrays import device_type
 from .backend import BackendConfig, transport_factory
 from .reduce_op import ReduceOp, RedOpType
-from .transport import Transport
+from .transport import Transport, TransportWrapper
+
+if TYPE_CHECKING:
+    from .nccl.backend import NCCLBackend
 
 __all__ = ["ProcessGroup"]
 
@@ -154,14 +157,23 @@ class ProcessGroup(TorchProcessGroupAPI):
         if device_id is not None and "cuda" in self._config.device_backend_map:
             from .nccl.device import device_index
 
-            self._transport_for_device("cuda")._connect(device_index(device_id))
+            self._gpu_transport()._connect(device_index(device_id))
 
-    def _wrap_transports(self, wrap: Callable[[Transport], Transport]) -> None:
+    def _gpu_transport(self) -> NCCLBackend:
+        """The group's CUDA transport, made on first use: NCCL's, or debug wrappers forwarding to it
+        (``"cuda" in self._transports`` tells whether it exists yet)."""
+        return cast("NCCLBackend", self._transport_for_device("cuda"))
+
+    def _wrap_transports(self, wrap: Callable[[Transport], TransportWrapper]) -> None:
         """Put ``wrap`` around every transport of this group, present and future (debug aids);
         a later wrap goes around the earlier ones."""
+
+        def wrapped(transport: Transport) -> Transport:
+            return cast(Transport, wrap(transport))  # a wrapper forwards all it does not change
+
         inner = self._wrap
-        self._wrap = wrap if inner is None else lambda transport: wrap(inner(transport))
-        self._transports = {device: wrap(t) for device, t in self._transports.items()}
+        self._wrap = wrapped if inner is None else lambda transport: wrapped(inner(transport))
+        self._transports = {device: wrapped(t) for device, t in self._transports.items()}
         self._cpu = self._transports.get("cpu")
 
     def _transport(self, x: Any) -> Transport:

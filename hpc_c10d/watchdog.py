@@ -33,13 +33,16 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import flight_recorder
 from ._env import non_negative
-from ._state import _world
+from ._state import _world, default_group
 from .errors import DistBackendError
 from .logs import logger
+
+if TYPE_CHECKING:
+    from .nccl.backend import NCCLBackend
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
            "stop"]
@@ -171,13 +174,15 @@ class Watchdog:
         """GPU operations run on their own streams, so no thread is seen waiting for a stuck one:
         ask each group's NCCL transport for its oldest operation still running."""
         for pg in list(_world.groups):
-            gpu = pg._transports.get("cuda")
+            gpu = cast("NCCLBackend | None", pg._transports.get("cuda"))  # or wrappers forwarding to it
+            if gpu is None:  # none made yet (the watchdog never makes one)
+                continue
             limit = pg._timeout.total_seconds()
-            stuck = gpu._overdue(limit) if gpu is not None else None
+            stuck = gpu._overdue(limit)
             if stuck is not None and ("gpu", id(stuck)) not in self._fired:
                 self._fired.add(("gpu", id(stuck)))
                 what = f"{stuck.op_name} on cuda:{stuck._comm.device} in group {pg._name!r} ({pg._desc})"
-                self._timed_out(what, stuck.age(), limit, lambda text: gpu.abort())  # its Work.wait raises
+                self._timed_out(what, stuck.age(), limit, lambda text, gpu=gpu: gpu.abort())  # its Work.wait raises
 
     def _timed_out(self, what: str, waited: float, limit: float, raise_error: Any) -> None:
         message = (f"Watchdog caught collective operation timeout: {what} has not completed "
@@ -196,7 +201,8 @@ class Watchdog:
 
 def _raise_in(thread: int, message: str) -> None:
     """Raise DistBackendError(message) in ``thread`` as soon as it runs Python again."""
-    error = type("CollectiveTimeout", (DistBackendError,), {"__init__": lambda e: DistBackendError.__init__(e, message)})
+    error = type("CollectiveTimeout", (DistBackendError,),
+                 {"__init__": lambda e: DistBackendError.__init__(e, message)})
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(error))
 
 
@@ -234,7 +240,7 @@ def start(MPI: Any, run_id: str) -> None:
         return
     _watchdog = Watchdog(MPI, policy, run_id, flight_recorder.trace_dir())
     _watchdog.start()
-    if abort_on_exception and not _interactive() and _world.default_pg._size > 1:
+    if abort_on_exception and not _interactive() and default_group()._size > 1:
         _previous_hook, sys.excepthook = sys.excepthook, _excepthook
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR2"):
         if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, None):
