@@ -33,7 +33,7 @@ from .process_group import ProcessGroup
 from .transport import TransportWrapper
 from .work import Work
 
-__all__ = ["InFlight", "in_flight", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
+__all__ = ["InFlight", "in_flight", "current", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
            "snapshot", "BUFFER_ENV", "DIR_ENV"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
@@ -99,20 +99,26 @@ def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
     return InFlight(thread, label, None, None, None, None, None, None, None)
 
 
+def _innermost(thread: int, frame: Any) -> InFlight | None:
+    """The innermost hpc_c10d operation on the stack that ends in ``frame``, if any."""
+    codes, depth = _tracked_codes(), 0
+    while frame is not None and depth < 64:
+        op = codes.get(frame.f_code)
+        if op is not None:
+            return _from_frame(thread, frame, op)
+        frame, depth = frame.f_back, depth + 1
+    return None
+
+
 def in_flight(skip: int | None = None) -> list[InFlight]:
     """Return the hpc_c10d operation each thread (but ``skip``) is inside, innermost per thread."""
-    codes, found = _tracked_codes(), []
-    for thread, frame in sys._current_frames().items():
-        if thread == skip:
-            continue
-        depth = 0
-        while frame is not None and depth < 64:
-            op = codes.get(frame.f_code)
-            if op is not None:
-                found.append(_from_frame(thread, frame, op))
-                break
-            frame, depth = frame.f_back, depth + 1
-    return found
+    found = (_innermost(thread, frame) for thread, frame in sys._current_frames().items() if thread != skip)
+    return [flight for flight in found if flight is not None]
+
+
+def current() -> InFlight | None:
+    """The hpc_c10d operation the calling thread is inside, if any (for error messages)."""
+    return _innermost(threading.get_ident(), sys._getframe(1))
 
 
 # --------------------------------------------------------------------------------- the ring

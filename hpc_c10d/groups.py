@@ -3,6 +3,8 @@
 Groups are MPI communicators split from the world's (or a parent's). ``new_group`` is
 collective over the world, as torch requires; with ``use_local_synchronization=True`` only the
 members call it and MPI's ``Comm.Create_group`` builds the communicator among them alone.
+A group made without ``timeout=`` takes its parent's (the default group's for ``new_group``),
+which is ``HPC_C10D_TIMEOUT`` or torch's 30 minutes unless ``init_process_group`` was given one.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any, Sequence
 
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import BackendConfig
-from .lifecycle import check_timeout, instrument
+from .lifecycle import instrument
 from .process_group import ProcessGroup
+from .timeouts import check_timeout
 
 __all__ = [
     "new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group",
@@ -71,18 +74,18 @@ def _split_gpu_communicator(parent: ProcessGroup, color: int | None, child: Proc
     """With a device bound, give the new groups their NCCL communicators now, split from the
     parent's (collective over the parent, as the MPI split was); without NCCL's split, each new
     group's members create theirs from a fresh unique ID."""
-    gpu = parent._transports.get("cuda")
     config = parent._config if backend is None else BackendConfig(backend)
-    if parent.bound_device_id is None or gpu is None or "cuda" not in config.device_backend_map:
+    if parent.bound_device_id is None or "cuda" not in parent._transports or "cuda" not in config.device_backend_map:
         return
-    split = gpu._split(color, child._rank if child is not None else 0, child._size if child is not None else 0)
+    split = parent._gpu_transport()._split(color, child._rank if child is not None else 0,
+                                           child._size if child is not None else 0)
     if child is None:
         return
     if split is None:
         child._bind_device(parent.bound_device_id)
     else:
         child.bound_device_id = parent.bound_device_id
-        child._transport_for_device("cuda")._adopt(split)
+        child._gpu_transport()._adopt(split)
 
 
 def _mpi() -> Any:

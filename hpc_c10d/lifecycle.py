@@ -17,6 +17,7 @@ from .mpi.progress import progress
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
 from .store import MPIStore, Store
+from .timeouts import check_timeout, default_pg_timeout, timeout_from_env
 
 __all__ = [
     "default_pg_timeout", "init_process_group", "destroy_process_group", "is_initialized",
@@ -27,21 +28,9 @@ __all__ = [
     "_get_default_group", "_get_default_store", "check_timeout",
 ]
 
-#: torch's default for every group's timeout.
-default_pg_timeout = timedelta(minutes=30)
-
 _INIT_SCHEMES = ("env://", "tcp://", "file://", "mpi://")
 
 progress.activity = _world.operations_started  # the store's progress thread backs off while this grows
-
-
-def check_timeout(timeout: Any) -> timedelta:
-    """Return ``timeout`` or the default; TypeError unless it is a ``datetime.timedelta``."""
-    if timeout is None:
-        return default_pg_timeout
-    if not isinstance(timeout, timedelta):
-        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
-    return timeout
 
 
 def _check_init_method(init_method: str | None, store: Any) -> None:
@@ -65,7 +54,8 @@ def _check_against_mpi(rank: int, world_size: int, comm: Any) -> None:
 
 
 _LAUNCH_HINTS = {
-    "srun": "add --mpi=pmi2 (MPICH, the mpich wheel) or --mpi=pmix (Open MPI) so srun joins its tasks into one MPI world",
+    "srun": "add --mpi=pmi2 (MPICH, the mpich wheel) or --mpi=pmix (Open MPI) so srun joins its tasks "
+            "into one MPI world",
     "torchrun": "hpc_c10d takes ranks from MPI: launch with `mpiexec -n N` or `srun -n N`, not torchrun",
 }
 
@@ -96,10 +86,11 @@ def init_process_group(
 
     Run under ``mpiexec``/``srun``: ranks and world size come from MPI. ``backend`` may be
     None (``cpu:mpi,cuda:nccl``), ``"mpi"``, ``"gloo"`` (an alias of the MPI CPU backend) or a
-    ``"cpu:mpi,cuda:nccl"`` map. ``init_method`` is accepted for compatibility. The default store
-    is an ``MPIStore`` over the world (created collectively here); a ``store`` given is used
-    instead. ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an mpi4py
-    intracommunicator) runs the world on a sub-communicator instead of ``COMM_WORLD``.
+    ``"cpu:mpi,cuda:nccl"`` map. Without ``timeout``, groups time out after ``HPC_C10D_TIMEOUT``
+    seconds if that is set, else torch's 30 minutes. ``init_method`` is accepted for compatibility.
+    The default store is an ``MPIStore`` over the world (created collectively here); a ``store``
+    given is used instead. ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an
+    mpi4py intracommunicator) runs the world on a sub-communicator instead of ``COMM_WORLD``.
 
     Example::
 
@@ -109,8 +100,9 @@ def init_process_group(
     """
     if _world.default_pg is not None:
         raise ValueError("trying to initialize the default process group twice!")
+    timeout_from_env()  # settings errors before any communication, also where timeout= overrides this one
     timeout = check_timeout(timeout)
-    watchdog.policy_from_env()  # settings errors before any communication
+    watchdog.policy_from_env()
     watchdog.grace_from_env()
     flight_recorder.buffer_size()
     _check_init_method(init_method, store)
@@ -125,6 +117,7 @@ def init_process_group(
     if comm is None:
         _check_launcher(base.Get_size())
     world = base.Dup()
+    world.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise (mpi/failures.py), not abort in MPI; groups inherit it
     node = bootstrap.node_local_comm(world)
     _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()
     node.Free()
@@ -153,8 +146,9 @@ def instrument(pg: ProcessGroup) -> None:
     flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 
-def destroy_process_group(group: ProcessGroup | None = None) -> None:
-    """Free ``group``'s communicator, or every group (and the default one) when None."""
+def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
+    """Free ``group``'s communicator, or every group (and the default one) when None; a
+    non-member's ``GroupMember.NON_GROUP_MEMBER`` is accepted and changes nothing."""
     if group is None or group is GroupMember.WORLD:
         default_group()
         watchdog.stop()

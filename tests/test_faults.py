@@ -1,21 +1,25 @@
-"""Fault scenarios as real multi-rank jobs (tests/faults/scenario.py), each within a time bound.
+"""Fault scenarios as real multi-rank jobs (tests/faults/), each within a time bound.
 
 Serial tests that start mpiexec themselves (skipped under an outer mpiexec). They check that
-a hang becomes a prompt abort with a report naming the operation, that an exception on one
-rank ends the job, that monitored_barrier names the missing rank, and that the flight-recorder
-dumps parse and ``python -m hpc_c10d trace`` names the straggler.
+a hang becomes a prompt abort with a report naming the operation (also with the timeout taken
+from HPC_C10D_TIMEOUT), that an exception on one rank ends the job, that ranks calling a
+collective with different shapes at debug level OFF end the job without hanging, that
+monitored_barrier names the missing rank, and that the flight-recorder dumps parse and
+``python -m hpc_c10d trace`` names the straggler.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 
-from _launch import ROOT, launch, mpiexec, outer_world_size
+from _launch import ROOT, fresh_env, launch, mpiexec, outer_world_size
 
 SCENARIO = os.path.join(ROOT, "tests", "faults", "scenario.py")
+MISMATCH = os.path.join(ROOT, "tests", "faults", "mismatch.py")
 BOUND_S = 45  # each job must end well inside a minute
 
 pytestmark = [
@@ -24,10 +28,10 @@ pytestmark = [
 ]
 
 
-def _run(scenario, nprocs, tmp_path, **env):
+def _run(scenario, nprocs, tmp_path, program=SCENARIO, **env):
     env = {"HPC_C10D_TRACE_DIR": str(tmp_path / "traces"), "HPC_C10D_ABORT_GRACE": "2", **env}
     start = time.monotonic()
-    proc, cmd = launch(nprocs, [SCENARIO, scenario], BOUND_S, env=env, cwd=str(tmp_path))
+    proc, cmd = launch(nprocs, [program, scenario], BOUND_S, env=env, cwd=str(tmp_path))
     took = time.monotonic() - start
     output = f"$ {' '.join(cmd)}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
     assert proc.returncode != 124, f"{scenario} at -n {nprocs} hung past {BOUND_S} s\n{output}"
@@ -36,9 +40,11 @@ def _run(scenario, nprocs, tmp_path, **env):
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, tmp_path):
-    proc, took, output = _run("straggler", nprocs, tmp_path, HPC_C10D_TRACE_BUFFER_SIZE="3")
+    """The program's timeout=3 s wins over HPC_C10D_TIMEOUT."""
+    proc, took, output = _run("straggler", nprocs, tmp_path, HPC_C10D_TRACE_BUFFER_SIZE="3", HPC_C10D_TIMEOUT="600")
     assert proc.returncode != 0, output
     assert "Watchdog caught collective operation timeout: barrier seq 4 of group 0" in proc.stderr, output
+    assert "(timeout 3 s)" in proc.stderr, output
     straggler = nprocs - 1
     others = "rank 0" if nprocs == 2 else f"ranks 0-{nprocs - 2}"
     assert f"{others} in barrier seq 4 of group 0" in proc.stderr, output
@@ -84,6 +90,74 @@ def test_mismatched_shapes_in_detail_raise_on_every_rank(nprocs, tmp_path):
         assert f"rank {r}: DistError: Detected mismatch between collectives" in proc.stdout, output
         assert f"rank {r}: then all_reduce gave {[float(nprocs)] * 4}" in proc.stdout, output
     assert proc.stdout.count(f"shape differs: {others}: (4,); rank {nprocs - 1}: (5,)") == nprocs, output
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_hpc_c10d_timeout_ends_ranks_that_disagree_on_the_operation(nprocs, tmp_path):
+    """No timeout= in the program: HPC_C10D_TIMEOUT replaces torch's 30 minutes for the whole job."""
+    proc, took, output = _run("disagree", nprocs, tmp_path, HPC_C10D_TIMEOUT="2.5")
+    assert proc.returncode != 0, output
+    assert "Watchdog caught collective operation timeout" in proc.stderr, output
+    assert "(timeout 2.5 s)" in proc.stderr, output
+    others = "rank 0" if nprocs == 2 else f"ranks 0-{nprocs - 2}"
+    assert f"{others} in all_reduce seq 4 of group 0" in proc.stderr, output
+    assert f"rank {nprocs - 1} in barrier seq 4 of group 0" in proc.stderr, output
+    assert took < 30, f"took {took:.1f} s\n{output}"
+
+
+_BEFORE_MPI = """
+import sys
+from datetime import timedelta
+import hpc_c10d as dist
+try:
+    dist.init_process_group(timeout=timedelta(seconds=float(sys.argv[1])) if len(sys.argv) > 1 else None)
+except ValueError as exc:
+    print(exc)
+print("MPI started:", "mpi4py.MPI" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-2", "nan", "inf", "1e300"])
+@pytest.mark.parametrize("explicit", [[], ["5"]], ids=["no timeout=", "timeout=5s"])
+def test_a_bad_hpc_c10d_timeout_fails_init_before_mpi_starts(value, explicit):
+    """Checked like the other settings, also when timeout= would override it."""
+    proc = subprocess.run([sys.executable, "-c", _BEFORE_MPI, *explicit], env=fresh_env(HPC_C10D_TIMEOUT=value),
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    reason = "is not a number of seconds" if value == "soon" else (
+        "must be >= 0" if value == "-2" else "must be a positive, finite number of seconds")
+    assert proc.stdout.splitlines() == [f"HPC_C10D_TIMEOUT={value!r} {reason}", "MPI started: False"], proc.stderr
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("mpi_errors", ["exception", "fatal"])
+def test_a_mismatched_broadcast_at_off_ends_the_job_naming_rank_op_and_detail(nprocs, mpi_errors, tmp_path):
+    """MPI reports the mismatch where a receive has the wrong size: on the last rank. hpc_c10d raises
+    DistBackendError there, and the exception hook ends the job. The ranks whose size matched the
+    root's got the root's data. MPI4PY_RC_ERRORS=fatal (MPI errors abort inside MPI on the
+    application's communicators) leaves hpc_c10d's communicators returning errors."""
+    proc, took, output = _run("broadcast", nprocs, tmp_path, program=MISMATCH, MPI4PY_RC_ERRORS=mpi_errors)
+    last = nprocs - 1
+    assert proc.returncode != 0, output
+    assert (f"[rank {last}]: hpc_c10d.errors.DistBackendError: [rank {last}] broadcast seq 4 of group 0 "
+            f"float32[5] failed in MPI: ") in proc.stderr, output
+    assert "the ranks may disagree on the shape, dtype or operation: rerun with HPC_C10D_DEBUG=DETAIL" in proc.stderr
+    returned = re.findall(r"rank (\d+): broadcast returned (.*)", proc.stdout)
+    assert all(r != str(last) and values == "[0.0, 0.0, 0.0, 0.0]" for r, values in returned), output
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("op, mpich_name", [("all_reduce", "Allreduce"), ("all_gather_into_tensor", "Allgather")])
+def test_a_mismatched_exchange_at_off_ends_the_job_without_hanging(nprocs, op, mpich_name, tmp_path):
+    """Where MPI returns the error, the job ends with hpc_c10d's message, as for broadcast. MPICH
+    does not return it: a message truncated inside a collective's paired exchange (MPIC_Sendrecv)
+    is fatal whatever the error handler, so MPICH ends the job with its own message, which names
+    the world rank ("on node R"). A rank whose receives were large enough may return first."""
+    proc, took, output = _run(op, nprocs, tmp_path, program=MISMATCH)
+    assert proc.returncode != 0, output
+    ours = f"{op} seq 4 of group 0" in proc.stderr and "HPC_C10D_DEBUG=DETAIL" in proc.stderr
+    mpich = re.search(rf"Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): Fatal error in internal_{mpich_name}_c: "
+                      r"Message truncated", proc.stderr)
+    assert ours or mpich, output
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])

@@ -17,6 +17,7 @@ from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
 from ..transport import Transport, displacements
 from ..work import ReceiveWork, Work
+from .failures import mpi_failure, short_receive
 from .ops import REDUCTIONS, mpi_datatype, reduction
 
 __all__ = ["MPIBackend"]
@@ -106,9 +107,12 @@ class MPIBackend(Transport):
     adapt_output = staticmethod(as_output)
 
     def _issue(self, blocking, nonblocking, args, async_op, user, finish=None, keep=None):
-        if async_op:
-            return Work([nonblocking(*args)], user, finish, keep)
-        blocking(*args)
+        try:  # free in CPython 3.11+ while nothing raises
+            if async_op:
+                return Work([nonblocking(*args)], user, finish, keep)
+            blocking(*args)
+        except MPI.Exception as exc:
+            raise mpi_failure(exc) from exc
         if finish is not None:
             finish()
         return None
@@ -124,9 +128,12 @@ class MPIBackend(Transport):
             red = REDUCTIONS[op].get(buf.dtype) or reduction(op, buf.dtype, "all_reduce")
             if not red.average:
                 recv = (buf, red.datatype)
-                if async_op:
-                    return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
-                self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                try:
+                    if async_op:
+                        return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
+                    self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                except MPI.Exception as exc:
+                    raise mpi_failure(exc) from exc
                 return None
         red, factor, average = self._reduction(buf, op, "all_reduce")
         send = _IN_PLACE if factor is None else (_scaled(buf, factor), red.datatype)
@@ -143,7 +150,7 @@ class MPIBackend(Transport):
         mine = (buf, red.datatype)
         send = mine if factor is None else (_scaled(buf, factor), red.datatype)
         if self._rank == root:
-            args = (_IN_PLACE if factor is None else send, mine, red.op, root)
+            args: tuple[Any, ...] = (_IN_PLACE if factor is None else send, mine, red.op, root)
         else:
             args, average = (send, None, red.op, root), None
         return self._issue(self._comm.Reduce, self._comm.Ireduce, args, async_op,
@@ -151,7 +158,7 @@ class MPIBackend(Transport):
 
     def allgather(self, out, inp, async_op, user):
         datatype = mpi_datatype(out.dtype)
-        send = (inp, datatype)
+        send: tuple[Any, MPI.Datatype] | MPI.InPlaceType = (inp, datatype)
         if np.may_share_memory(out, inp):  # FSDP-style: the input is this rank's block of out
             block = out.reshape(-1)[self._rank * inp.size:(self._rank + 1) * inp.size]
             same = block.__array_interface__["data"][0] == inp.__array_interface__["data"][0]
@@ -212,12 +219,11 @@ class MPIBackend(Transport):
     def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
         datatype = mpi_datatype(out.dtype)
         if out_counts is None and in_counts is None:
-            args = ((inp, datatype), (out, datatype))
-            return self._issue(self._comm.Alltoall, self._comm.Ialltoall, args, async_op,
-                               [user], None, (out, inp))
-        args = ((inp, in_counts, displacements(in_counts), datatype),
-                (out, out_counts, displacements(out_counts), datatype))
-        return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
+            return self._issue(self._comm.Alltoall, self._comm.Ialltoall, ((inp, datatype), (out, datatype)),
+                               async_op, [user], None, (out, inp))
+        blocks = ((inp, in_counts, displacements(in_counts), datatype),
+                  (out, out_counts, displacements(out_counts), datatype))
+        return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, blocks, async_op,
                            [user], None, (out, inp))
 
     def alltoall_list(self, outs, inps, async_op, user):
@@ -242,9 +248,14 @@ class MPIBackend(Transport):
     def recv(self, buf, peer, tag, async_op, user):
         source = MPI.ANY_SOURCE if peer is None else peer
         status = MPI.Status()
-        message = (buf, mpi_datatype(buf.dtype))
-        if async_op:
-            request = self._comm.Irecv(message, source, tag)
-            return ReceiveWork(request, [user], buf, status)
-        self._comm.Recv(message, source, tag, status)
+        datatype = mpi_datatype(buf.dtype)
+        try:
+            if async_op:
+                return ReceiveWork(self._comm.Irecv((buf, datatype), source, tag), [user], buf, status)
+            self._comm.Recv((buf, datatype), source, tag, status)
+        except MPI.Exception as exc:
+            raise mpi_failure(exc) from exc
+        received = status.Get_count(datatype)
+        if received != buf.size:  # a shorter message leaves the rest of buf as it was
+            raise short_receive(received, buf.size)
         return status.Get_source()

@@ -5,6 +5,7 @@
   monitored   the last rank never reaches monitored_barrier (timeout 2 s)
   usr2        rank 0 sends itself SIGUSR2 while waiting in a barrier for the slow last rank
   mismatch    (run with HPC_C10D_DEBUG=DETAIL) the last rank all_reduces a longer array
+  disagree    no timeout= (HPC_C10D_TIMEOUT sets it); the last rank enters a barrier, the others all_reduce
 """
 import os
 import signal
@@ -18,7 +19,7 @@ import numpy as np
 import hpc_c10d as dist
 
 scenario = sys.argv[1]
-dist.init_process_group(timeout=timedelta(seconds=3))
+dist.init_process_group(timeout=None if scenario == "disagree" else timedelta(seconds=3))
 rank, size = dist.get_rank(), dist.get_world_size()
 last = rank == size - 1
 for _ in range(3):  # some history for the flight recorder
@@ -54,6 +55,11 @@ elif scenario == "mismatch":
     x = np.ones(4, np.float32)
     dist.all_reduce(x)  # still in step, nothing mixed in
     print(f"rank {rank}: then all_reduce gave {x.tolist()}", flush=True)
+elif scenario == "disagree":
+    if last:
+        dist.barrier()
+    else:
+        dist.all_reduce(np.ones(8, np.float32))
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")
 print(f"rank {rank}: done", flush=True)

@@ -1,0 +1,45 @@
+"""Group timeouts: torch's default, the job-wide default from ``HPC_C10D_TIMEOUT``, the type check.
+
+``HPC_C10D_TIMEOUT`` (seconds, a float) replaces torch's 30 minutes for groups created without
+``timeout=``, so a whole job can be given a short timeout without editing its code. torch reads
+no environment variable for this (its default is a C++ constant), so there is no torch spelling.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import timedelta
+from typing import Any
+
+from ._env import non_negative
+
+__all__ = ["TIMEOUT_ENV", "default_pg_timeout", "timeout_from_env", "check_timeout"]
+
+TIMEOUT_ENV = "HPC_C10D_TIMEOUT"
+
+#: torch's default for every group's timeout (torch code compares against it: never changed here).
+default_pg_timeout = timedelta(minutes=30)
+
+
+def timeout_from_env() -> timedelta | None:
+    """``HPC_C10D_TIMEOUT`` as a timedelta, None when unset; ValueError naming it when malformed."""
+    seconds = non_negative(TIMEOUT_ENV, float, "a number of seconds")
+    if seconds is None:
+        return None
+    try:
+        if seconds > 0 and math.isfinite(seconds):
+            return timedelta(seconds=seconds)
+    except OverflowError:
+        pass
+    raise ValueError(f"{TIMEOUT_ENV}={os.environ[TIMEOUT_ENV].strip()!r} must be a positive, finite number of seconds")
+
+
+def check_timeout(timeout: Any) -> timedelta:
+    """Return ``timeout``, or the default (``HPC_C10D_TIMEOUT``, else torch's) when it is None;
+    TypeError unless it is a ``datetime.timedelta``."""
+    if timeout is None:
+        return timeout_from_env() or default_pg_timeout
+    if not isinstance(timeout, timedelta):
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    return timeout
