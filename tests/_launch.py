@@ -1,17 +1,103 @@
-"""Start a fresh mpiexec job from a serial test (the tutorial programs, the fault scenarios)."""
+"""How tests start jobs of their own: the one place that knows each MPI's launcher and which
+SLURM cluster the tests may submit to.
+
+MPI. ``mpiexec()`` is the launcher ($MPIEXEC, else the one beside this Python, else PATH's).
+``flavour()`` tells Open MPI from MPICH; ``mpiexec_command(n)`` adds what that launcher needs to
+start n ranks on this machine (Open MPI: run as root, more ranks than cores; MPICH: nothing), and
+``fresh_env()`` says the same in the environment, for a test that calls ``mpiexec()`` directly.
+``launch()`` runs a whole job under ``timeout``. tests/run_suite.py starts its stages with these.
+
+SLURM. The tests submit jobs only to a cluster designated for them, never to whatever ``srun``
+happens to reach (on a login node that is the production scheduler):
+
+    eval "$(bash slurm/local_cluster.sh env)"        # the localhost cluster that `up` started
+    export HPC_C10D_TEST_SLURM_CLUSTER=<ClusterName>  # any other: the name `scontrol show config` reports
+
+With the designation, ``slurm_cluster_problem()`` checks that the cluster SLURM's commands reach
+here (through SLURM_CONF or /etc/slurm) has that name and an idle node; without it, it says how to
+designate one. The SLURM tests and run_suite's srun stage skip with that reason, or fail with it
+under ``HPC_C10D_REQUIRE_SLURM=1`` (CI, which brings the localhost cluster up).
+"""
+import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
+_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "PRTE_", "HYDRA_", "MPIR_", "OMPI_", "MPI_LOCAL")
+
+SLURM_DESIGNATION = "HPC_C10D_TEST_SLURM_CLUSTER"
+SLURM_REQUIRED = "HPC_C10D_REQUIRE_SLURM"
+HOW_TO_DESIGNATE = (
+    f"no SLURM cluster is designated for the tests ({SLURM_DESIGNATION} is not set): "
+    "`bash slurm/local_cluster.sh up && eval \"$(bash slurm/local_cluster.sh env)\"` starts and designates "
+    f"a localhost one; {SLURM_DESIGNATION}=<ClusterName> designates another (the tests submit jobs to it)")
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """What one MPI's launcher needs from a test that starts jobs on this machine."""
+
+    name: str  # 'openmpi', 'mpich' or 'unknown'
+    flags: tuple[str, ...] = ()  # mpiexec options: start any number of ranks here
+    env: dict[str, str] = field(default_factory=dict)  # the same, for mpiexec calls without the flags
+    network_path: dict[str, str] = field(default_factory=dict)  # one-sided operations as between nodes
+
+
+_MPICH_NETWORK_PATH = {"MPIR_CVAR_NOLOCAL": "1"}
+FLAVOURS = {
+    "openmpi": Flavour(
+        "openmpi", ("--oversubscribe",),
+        {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+         "OMPI_MCA_rmaps_base_oversubscribe": "1",  # Open MPI 4
+         "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"},  # Open MPI 5
+        {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}),
+    "mpich": Flavour("mpich", network_path=_MPICH_NETWORK_PATH),
+    "unknown": Flavour("unknown", network_path=_MPICH_NETWORK_PATH),
+}
+
+
+def beside_python(program):
+    """``program`` beside this Python (a virtual environment's bin/), else on PATH, else None."""
+    return shutil.which(program, path=os.path.dirname(sys.executable)) or shutil.which(program)
 
 
 def mpiexec():
-    """The mpiexec beside this Python (the embedded MPI), else the one on PATH, else None."""
-    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    """The MPI launcher: $MPIEXEC, else mpiexec (or mpirun) beside this Python or on PATH; None if none."""
+    return os.environ.get("MPIEXEC") or beside_python("mpiexec") or beside_python("mpirun")
+
+
+@functools.lru_cache(maxsize=None)
+def identify(launcher):
+    """(flavour name, the version line of ``launcher --version``) for an MPI launcher."""
+    try:
+        out = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return "unknown", f"({exc})"
+    text = out.stdout + out.stderr
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    version = next((line for line in lines if line.startswith("Version:")), lines[0] if lines else "")
+    if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE", "prterun")):
+        return "openmpi", version
+    if any(s in text for s in ("HYDRA", "MPICH", "Intel(R) MPI")):
+        return "mpich", version
+    return "unknown", version
+
+
+def flavour(launcher=None):
+    """The Flavour of ``launcher`` (default ``mpiexec()``); 'unknown' when there is none."""
+    launcher = launcher or mpiexec()
+    return FLAVOURS[identify(launcher)[0] if launcher else "unknown"]
+
+
+def mpiexec_command(nprocs, launcher=None):
+    """``[mpiexec, <its flags>, -n, nprocs]``: the start of a command line for an nprocs-rank job."""
+    launcher = launcher or mpiexec()
+    return [launcher, *flavour(launcher).flags, "-n", str(nprocs)]
 
 
 def outer_world_size():
@@ -23,9 +109,11 @@ def outer_world_size():
 
 
 def fresh_env(drop=(), **extra):
-    """This environment without an enclosing launcher's variables (nor those starting with ``drop``),
-    with the checkout first on PYTHONPATH and ``extra`` added: for a process that starts its own job."""
+    """The environment for a process that starts its own job: this one without an enclosing
+    launcher's variables (nor those starting with ``drop``), with what this machine's mpiexec needs
+    (``Flavour.env``), the checkout first on PYTHONPATH, and ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES + tuple(drop))}
+    env.update(flavour().env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env
@@ -37,7 +125,7 @@ def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
     The launcher's variables of an enclosing job are dropped, the checkout goes on PYTHONPATH and
     ``env`` is added. On expiry the process is reported as exit code 124 with what it printed."""
     clean = fresh_env(**(env or {}))
-    cmd = [mpiexec(), "-n", str(nprocs), sys.executable, *argv]
+    cmd = [*mpiexec_command(nprocs), sys.executable, *argv]
     if shutil.which("timeout"):
         cmd = ["timeout", str(timeout_s)] + cmd
     try:
@@ -48,12 +136,49 @@ def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
         return subprocess.CompletedProcess(cmd, 124, out, err), cmd
 
 
-def slurm_cluster_problem():
-    """Why no SLURM job can run here ('' when a node is up to take one)."""
-    if shutil.which("srun") is None or shutil.which("sinfo") is None:
-        return "SLURM is not installed (bash slurm/local_cluster.sh up starts a localhost cluster)"
+def slurm_required():
+    """Whether a missing SLURM cluster is a failure rather than a skip (``HPC_C10D_REQUIRE_SLURM=1``)."""
+    return os.environ.get(SLURM_REQUIRED) == "1"
+
+
+def _ask_slurm(*cmd):
+    """(stdout, '') of a SLURM command, or ('', why it failed)."""
     try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15).stdout
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"sinfo failed: {exc}"
-    return "" if re.search(r"idle|mixed|allocated", states) else f"no SLURM node is up (sinfo: {states.strip()!r})"
+        return "", f"{cmd[0]} failed: {exc}"
+    if proc.returncode != 0:
+        return "", f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()}"
+    return proc.stdout, ""
+
+
+def _cluster_reached():
+    """(the ClusterName of the SLURM controller this environment reaches, '') or ('', why none answers)."""
+    config, failure = _ask_slurm("scontrol", "show", "config")
+    if failure:
+        return "", failure
+    name = re.search(r"^ClusterName\s*=\s*(\S+)", config, re.MULTILINE)
+    return (name.group(1), "") if name else ("", "scontrol show config names no ClusterName")
+
+
+def slurm_cluster_problem():
+    """Why the tests may not submit SLURM jobs here ('' when the designated cluster can take one)."""
+    designated = os.environ.get(SLURM_DESIGNATION, "").strip()
+    if not designated:
+        return HOW_TO_DESIGNATE
+    missing = [c for c in ("srun", "sinfo", "scontrol") if shutil.which(c) is None]
+    if missing:
+        return f"{SLURM_DESIGNATION}={designated}, but SLURM is not installed here (no {', '.join(missing)} on PATH)"
+    reached, failure = _cluster_reached()
+    if failure:
+        return f"the designated SLURM cluster {designated!r} does not answer: {failure}"
+    if reached != designated:
+        where = os.environ.get("SLURM_CONF", "the default slurm.conf")
+        return (f"SLURM's commands here reach cluster {reached!r} (through {where}), not the designated "
+                f"{designated!r}; the tests submit jobs to the designated cluster only")
+    states, failure = _ask_slurm("sinfo", "-h", "-o", "%T")
+    if failure:
+        return failure
+    if not re.search(r"idle|mixed|allocated", states):
+        return f"the designated SLURM cluster {designated!r} has no node up (sinfo: {states.strip()!r})"
+    return ""

