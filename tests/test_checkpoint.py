@@ -15,7 +15,7 @@ from _reference import assert_in_sync
 from hpc_c10d.arrays import bfloat16
 from hpc_c10d.checkpoint import Shard, load, save
 
-h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install 'hpc-c10d[hdf5]')")
+h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install h5py)")
 
 try:
     import torch

@@ -15,7 +15,7 @@ from hpc_c10d.nccl import cuda, library
 
 pytestmark = pytest.mark.mpi
 
-cupy = pytest.importorskip("cupy", reason="the GPU tests need cupy (pip install 'hpc-c10d[cuda13]')")
+cupy = pytest.importorskip("cupy", reason="the GPU tests need cupy (pip install cupy-cuda13x nvidia-nccl-cu13)")
 GPUS = cuda.device_count()
 if GPUS == 0:
     pytest.skip("no CUDA GPU visible here; the NCCL GPU tests need one per rank", allow_module_level=True)

@@ -12,7 +12,7 @@ import pytest
 from _launch import ROOT, fresh_env, mpiexec, outer_world_size, slurm_cluster_problem
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                reason="torch is not installed (pip install 'hpc-c10d[torch]')")
+                                reason="torch is not installed (pip install 'torch>=2.13,<2.14')")
 
 SCRIPT = os.path.join(ROOT, "tests", "programs", "torch_unmodified_ddp.py")
 # what a torchrun or a hand-written job script would set; the unmodified script needs none of it
