@@ -40,3 +40,8 @@ def install_hint(extra: str) -> str:
     if not requirements:
         return f"pip install '.[{extra}]' (in the hpc_c10d checkout)"
     return "pip install " + " ".join(shlex.quote(r) for r in requirements)
+
+
+def gpu_install_hint() -> str:
+    """The pip commands that add the GPU transport (CuPy and NCCL), for CUDA 13 and for CUDA 12."""
+    return f"{install_hint('cuda13')} for CUDA 13, {install_hint('cuda12')} for CUDA 12"

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 from typing import Any, Callable
 
+from ._extras import gpu_install_hint
 __all__ = ["Backend", "BackendConfig", "transport_factory", "is_backend_available"]
 
 _FORMAT_HINT = "expected '<device>:<backend>[,<device>:<backend>...]', e.g. 'cpu:mpi,cuda:nccl'"
@@ -134,7 +135,7 @@ def transport_factory(name: str) -> Callable[..., Any]:
     except ImportError as exc:
         raise RuntimeError(
             f"backend {name!r} is not available in this installation ({exc}); "
-            "for GPUs install hpc-c10d[cuda12] or hpc-c10d[cuda13] on a machine with NVIDIA GPUs"
+            f"for GPUs, on a machine with NVIDIA GPUs: {gpu_install_hint()}"
         ) from exc
     return getattr(module, attribute)
 

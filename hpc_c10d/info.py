@@ -9,7 +9,7 @@ import socket
 from typing import Any
 
 from . import jobenv
-from ._extras import install_hint
+from ._extras import gpu_install_hint
 
 __all__ = ["versions", "nccl_library", "rank_layout", "main"]
 
@@ -37,7 +37,7 @@ def nccl_library() -> str:
     try:
         nccl = library.load()
     except RuntimeError:
-        return f"not found ({install_hint('cuda13')} for CUDA 13, {install_hint('cuda12')} for CUDA 12)"
+        return f"not found ({gpu_install_hint()})"
     return f"{'.'.join(map(str, nccl.version))} ({nccl.path})"
 
 

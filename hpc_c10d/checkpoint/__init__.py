@@ -25,6 +25,7 @@ import numpy as np
 from .._state import resolve_group
 from ..arrays import bfloat16
 from ..errors import DistError
+from .._extras import install_hint
 from . import host
 from .layout import SCALAR_TYPES, Leaf, Shard, agree, leaves, storage_dtype
 
@@ -38,7 +39,7 @@ def _h5py() -> Any:
     try:
         import h5py
     except ImportError:
-        raise ImportError("hpc_c10d.checkpoint needs h5py: pip install 'hpc-c10d[hdf5]'") from None
+        raise ImportError(f"hpc_c10d.checkpoint needs h5py: {install_hint('hdf5')}") from None
     return h5py
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._extras import gpu_install_hint
 from .buffers import DeviceBuffer
 
 __all__ = ["cupy", "caller_stream", "new_stream", "new_event", "device_guard", "device_count", "pci_bus_id"]
@@ -21,8 +22,7 @@ def cupy() -> Any:
     try:
         import cupy as module
     except ImportError as exc:
-        raise RuntimeError("the NCCL backend uses CuPy for streams and events: install hpc-c10d[cuda13] "
-                           "or hpc-c10d[cuda12] (cupy-cuda13x/12x and the matching NCCL)") from exc
+        raise RuntimeError(f"the NCCL backend uses CuPy for streams and events: {gpu_install_hint()}") from exc
     return module
 
 

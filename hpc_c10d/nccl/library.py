@@ -22,6 +22,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from .._extras import gpu_install_hint
 from ..errors import DistBackendError
 
 __all__ = ["LIBRARY_ENV", "UNIQUE_ID_BYTES", "SPLIT_NOCOLOR", "DataType", "RedOp", "Nccl", "load", "available"]
@@ -184,8 +185,8 @@ def load() -> Nccl:
             else:
                 _failure = "; ".join(errors)
     if _loaded is None:
-        raise RuntimeError(f"the NCCL library could not be loaded ({_failure}); install hpc-c10d[cuda13] or "
-                           f"hpc-c10d[cuda12], or point {LIBRARY_ENV} at a libnccl.so.2")
+        raise RuntimeError(f"the NCCL library could not be loaded ({_failure}); {gpu_install_hint()}, "
+                           f"or point {LIBRARY_ENV} at a libnccl.so.2")
     return _loaded
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from .._extras import install_hint
+
 __all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch"]
 
 #: torch releases the plugin is tested with (the C++ hooks it overrides change between releases).
@@ -27,7 +29,7 @@ def torch_version_problem(version: str | None = None) -> str:
     if release is not None and _OLDEST <= release < _FIRST_UNSUPPORTED:
         return ""
     return (f"hpc_c10d.torch supports torch {SUPPORTED_TORCH} but found torch {version}; install a "
-            f"supported release (pip install 'hpc-c10d[torch]') or use hpc_c10d's own API "
+            f"supported release ({install_hint('torch')}) or use hpc_c10d's own API "
             f"(import hpc_c10d as dist), which works with any torch")
 
 
