@@ -79,7 +79,7 @@ def summarize(dumps: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the report for the newest run in DIR (or ``--run``)."""
-    parser = argparse.ArgumentParser(prog="python -m hpc_c10d trace", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m hpc_c10d trace", description=__doc__.replace("``", ""))
     parser.add_argument("directory", nargs="?", default=None, help=f"dump directory (default: {trace_dir()})")
     parser.add_argument("--run", default=None, help="run id to report (default: the newest)")
     args = parser.parse_args(argv)

@@ -62,3 +62,9 @@ def test_every_extra_yields_what_pyproject_lists(installed):
     assert set(metadata.metadata("hpc-c10d").get_all("Provides-Extra")) == set(extras), STALE
     for extra, listed in extras.items():
         assert _normal(extra_requirements(extra)) == _normal(listed), f"extra {extra!r}: {STALE}"
+
+
+def test_gpu_hint_names_both_cuda_generations(installed):
+    hint = _extras.gpu_install_hint()
+    assert install_hint("cuda13") in hint and install_hint("cuda12") in hint
+    assert "hpc-c10d[" not in hint

@@ -25,9 +25,10 @@ def test_info_help_says_what_info_prints(capsys):
     assert "`" not in description
 
 
-def test_the_top_level_help_is_plain_text(capsys):
+@pytest.mark.parametrize("argv", [["--help"], ["trace", "--help"]])
+def test_help_is_plain_text(argv, capsys):
     with pytest.raises(SystemExit):
-        main(["--help"])
+        main(argv)
     assert "`" not in capsys.readouterr().out
 
 
