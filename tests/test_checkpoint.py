@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
-from _launch import fresh_env, mpiexec, outer_world_size
+from _launch import fresh_env, mpiexec_command, outer_world_size
 from _reference import assert_in_sync
 from hpc_c10d.arrays import bfloat16
 from hpc_c10d.checkpoint import Shard, load, save
@@ -195,7 +195,7 @@ print("saved 2", flush=True)
 def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     path, script = tmp_path / "state.h5", tmp_path / "job.py"
     script.write_text(KILLED_SAVE)
-    job = subprocess.Popen(["timeout", "120", mpiexec(), "-n", "2", sys.executable, str(script), str(path)],
+    job = subprocess.Popen(["timeout", "120", *mpiexec_command(2), sys.executable, str(script), str(path)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=fresh_env(),
                            start_new_session=True)
     deadline = time.monotonic() + 90

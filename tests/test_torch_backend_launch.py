@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _launch import ROOT, fresh_env, mpiexec, outer_world_size, slurm_cluster_problem
+from _launch import ROOT, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem, slurm_required
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (pip install 'torch>=2.13,<2.14')")
@@ -72,14 +72,14 @@ def _check_script_output(proc, cmd, nprocs):
 @_serial_only
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
 def test_unmodified_script_under_mpiexec():
-    cmd = ["timeout", "240", mpiexec(), "-n", "4", sys.executable, SCRIPT]
+    cmd = ["timeout", "240", *mpiexec_command(4), sys.executable, SCRIPT]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270, cwd=ROOT,
                           env=fresh_env(drop=_TORCH_RENDEZVOUS))
     _check_script_output(proc, cmd, 4)
 
 
 _slurm_problem = slurm_cluster_problem() if outer_world_size() == 1 else "serial test that submits a job"
-_slurm_required = os.environ.get("HPC_C10D_REQUIRE_SLURM") == "1" and outer_world_size() == 1
+_slurm_required = slurm_required() and outer_world_size() == 1
 
 
 @_serial_only
