@@ -73,3 +73,17 @@ def test_program_exits_zero(program, nprocs):
         + (" (timed out)" if proc.returncode == 124 else "")
         + f"\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
     )
+
+
+@pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts mpiexec itself; run without mpiexec")
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+def test_checkpoint_example_saves_and_resumes_at_another_world_size(tmp_path):
+    """examples/checkpoint_resume.py, as docs/checkpoints.md shows it: 2 ranks save, 3 ranks resume."""
+    pytest.importorskip("h5py", reason="h5py is not installed (pip install h5py)")
+    example = os.path.join(ROOT, "examples", "checkpoint_resume.py")
+    for nprocs, steps, said in ((2, 20, []), (3, 40, ["resuming from ckpt.h5 at step 20 on 3 ranks"])):
+        proc, cmd = launch(nprocs, [example, str(steps)], TIMEOUT_S, cwd=str(tmp_path))
+        assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        for line in [*said, f"saved ckpt.h5 at step {steps}; every weight equals the step count: True"]:
+            assert line in proc.stdout, proc.stdout
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.h5"]
