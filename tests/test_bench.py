@@ -90,6 +90,7 @@ def test_count_wrong_counts_elements_and_tolerates_rounding_only():
     (["collectives", "-n", "-1"], "is negative"),
     (["torch", "--ddp-batch", "-4"], "is negative"),
     (["startup", "--timeout", "0"], "positive number of seconds"),
+    (["stores", "--busy-owner", "-1"], "positive number of seconds"),
 ])
 def test_bad_arguments_exit_2_before_any_communication(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -266,6 +267,28 @@ def test_stores_against_tcpstore(ranks, tmp_path):
     assert {(r["op"], r["impl"]) for r in doc["results"]} == {(op, s) for op in ops for s in stores}
     assert all(r["wrong"] == 0 and r["us_max"] > 0 for r in doc["results"])
     assert ("torch" in doc["meta"]["notes"]) == (not HAVE_TORCH)
+
+
+@needs_own_job
+def test_stores_with_a_busy_owner(tmp_path):
+    """Rank 0 computes while rank 1 times single operations on keys rank 0 holds: every op gets a
+    latency distribution (min <= median <= max, p99 in the note) and every result is right."""
+    _, doc, _ = _bench(2, ["stores", "--busy-owner", "0.5", "--ops", "set,get,add,compare_set", "--compare", "-q"],
+                       tmp_path)
+    stores = {"MPIStore", "TCPStore"} if HAVE_TORCH else {"MPIStore"}
+    ops = {"set", "get", "add", "compare_set"}
+    assert {(r["op"], r["impl"]) for r in doc["results"]} == {(f"{op}, owner busy", s) for op in ops for s in stores}
+    for record in doc["results"]:
+        assert record["wrong"] == 0 and record["iters"] > 0 and "p99" in record["note"]
+        assert 0 < record["us_min"] <= record["us_median"] <= record["us_max"]
+
+
+@needs_own_job
+def test_busy_owner_on_one_rank_says_why():
+    proc, _ = launch(1, ["-m", "hpc_c10d", "bench", "stores", "--busy-owner", "1", "-q"], TIMEOUT_S)
+    assert proc.returncode == 2 and _said(proc) == [
+        "python -m hpc_c10d bench stores: --busy-owner needs at least 2 ranks (rank 0 computes, the others time "
+        "store operations)"]
 
 
 @needs_own_job

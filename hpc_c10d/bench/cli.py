@@ -89,6 +89,8 @@ def _lacking(args: argparse.Namespace, ranks: int) -> str | None:
         return torch_missing()
     if args.bench == "p2p" and ranks < 2:
         return "needs at least 2 ranks (it pairs rank 0 with 1, 2 with 3, ...)"
+    if args.bench == "stores" and args.busy_owner and ranks < 2:
+        return "--busy-owner needs at least 2 ranks (rank 0 computes, the others time store operations)"
     if args.bench == "checkpoint":
         return checkpoint.unusable(args.dir)
     if args.plot and (problem := unimportable("matplotlib", "plot")):
@@ -143,7 +145,8 @@ def _measure(args: argparse.Namespace, bench: Sweep, gloo: Any) -> list[Record]:
     if args.bench == "p2p":
         return p2p.run(bench, args.ops, args.sizes, args.factor, _dtype(args.dtype))
     if args.bench == "stores":
-        return stores.run(bench, args.ops, {"default": None, "on": True, "off": False}[args.tcp_libuv])
+        return stores.run(bench, args.ops, {"default": None, "on": True, "off": False}[args.tcp_libuv],
+                          args.busy_owner)
     if args.bench == "checkpoint":
         return checkpoint.run(bench, args.size, args.dir)
     records = collectives.run(bench, args.ops, args.sizes, args.factor, _dtype(args.dtype), args.redop, args.bench)

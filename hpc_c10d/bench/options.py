@@ -34,7 +34,8 @@ SUB_BENCHMARKS = {
             "acknowledgement. An odd last rank sits out. Needs at least 2 ranks."),
     "stores": ("MPIStore operations (vs TCPStore with --compare)",
                "Time MPIStore's set, get, add and compare_set, every rank at once on keys of its own, and an add "
-               "by every rank to one shared key. Every result is checked."),
+               "by every rank to one shared key. Every result is checked. With --busy-owner, rank 0 computes in "
+               "pure Python instead while the others time single operations on keys it holds."),
     "startup": ("init + first collective + store ops, swept over world sizes (run as ONE process: it launches "
                 "the jobs)",
                 "Start-up at scale: for each world size, launch jobs that time init_process_group plus a first "
@@ -203,6 +204,11 @@ def parser() -> argparse.ArgumentParser:
     stores.add_argument("--tcp-libuv", choices=("default", "on", "off"), default="default",
                         help="with --compare: TCPStore's server on libuv (on), on its older backend (off), or "
                              "torch's default")
+    stores.add_argument("--busy-owner", type=_seconds, default=0.0, metavar="SECONDS",
+                        help="rank 0 computes in pure Python (no MPI calls) for SECONDS while the other ranks time "
+                             "set, get, add and compare_set one at a time on keys rank 0 holds: per-call latency "
+                             "(median, p99, max), as between nodes when the ranks are on different hosts "
+                             "(default 0: the usual sweep)")
     _timing_options(stores, 5)
 
     start = adders["startup"]

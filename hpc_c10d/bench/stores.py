@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from . import busy_owner
 from .report import Record
 from .sweep import Sweep
 from .torch_side import tcp_store
@@ -54,8 +55,9 @@ def _contended_wrong(bench: Sweep, store: Any) -> int:
     return bench.comm.allreduce(bad, op=MPI.SUM) + abs(final - bench.size * _CONTENDED_CHECK)
 
 
-def run(bench: Sweep, ops: list[str], use_libuv: bool | None) -> list[Record]:
-    """Time ``ops`` on an MPIStore over the world (and a TCPStore with its server on rank 0)."""
+def run(bench: Sweep, ops: list[str], use_libuv: bool | None, busy_seconds: float = 0.0) -> list[Record]:
+    """Time ``ops`` on an MPIStore over the world (and a TCPStore with its server on rank 0); with
+    ``busy_seconds``, while rank 0 computes that long (``busy_owner``)."""
     from mpi4py import MPI
 
     from ..store import MPIStore
@@ -63,10 +65,15 @@ def run(bench: Sweep, ops: list[str], use_libuv: bool | None) -> list[Record]:
     stores = {"MPIStore": MPIStore(bench.comm)}
     if "torch" in bench.impls:
         stores["TCPStore"] = tcp_store(bench.comm, use_libuv)
-    for store in stores.values():
-        _prepare(store, bench.rank)
-    bench.progress.total = len(ops)
     records = []
+    if busy_seconds:
+        bench.progress.total = len(stores)
+        records = busy_owner.run(bench, stores, ops, busy_seconds)
+        ops = []
+    else:
+        for store in stores.values():
+            _prepare(store, bench.rank)
+        bench.progress.total = len(ops)
     for op in ops:
         steps, wrong = {}, {}
         for name, store in stores.items():

@@ -3,48 +3,103 @@
 Passive-target RMA (what MPIStore uses) needs the target process to enter the MPI library
 whenever the data path is not plain shared memory: between nodes, or on one node with
 ``MPIR_CVAR_NOLOCAL=1``. A rank busy in pure Python would stall every store operation aimed
-at it. This thread sleeps ``interval`` seconds, makes one cheap MPI call that drives the
-progress engine (``Iprobe`` on a private communicator), and sleeps again. Unlike
-``MPICH_ASYNC_PROGRESS`` it never spins; its wake-ups still cost large collectives a few
-percent on a machine with no idle core, so it backs off while the rank drives MPI itself:
-``progress.activity()`` counts what the rank started (hpc_c10d points it at its groups'
-sequence numbers), and a wake-up that finds it moved doubles the sleep (up to ``BUSY_INTERVAL``)
-instead of probing. Once the rank stops calling, every wake-up probes and halves the sleep back
-to ``interval``: a store operation aimed at a rank that has just left its collectives waits at
-most about 2 x ``BUSY_INTERVAL``.
+at it. MPIStore starts this thread only where some rank reaches a shard over the network; on
+one node (every shard shared memory) there is none.
 
-The thread needs the GIL for each wake-up. A rank computing in pure Python hands it over
-within CPython's switch interval (5 ms); numpy or torch kernels that release the GIL for
-their whole run leave it free. The weak case is a loop that drops and retakes the GIL every
-few hundred microseconds (tiny I/O or tiny-array calls back to back): CPython then rarely
-lets a waiting thread in, and store operations aimed at that rank can wait for seconds,
-until it next calls MPI. Jobs whose interconnect does RMA in hardware (InfiniBand, Slingshot,
-or one node's shared memory) do not need this thread at all.
+Every ``interval`` seconds the thread makes one cheap MPI call that drives the progress engine
+(``Iprobe`` on a private communicator). It sleeps in between in ``poll()`` on the process's epoll
+sets, among them the MPI library's where it has one (libfabric's TCP provider, which MPICH uses
+over Ethernet), so a request arriving wakes it at once instead of at the next tick. Unlike
+``MPIR_CVAR_ASYNC_PROGRESS`` it never spins (MPICH's thread takes a whole core).
 
-Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns it off).
+A Python thread needs the GIL to wake, and a rank computing in pure Python hands it over only
+every ``sys.getswitchinterval()`` (5 ms by default): an operation of four round trips would wait
+20 ms. So while requests keep arriving the thread lowers the switch interval to
+``SWITCH_INTERVAL`` (0.1 ms) and puts the old value back after ``QUIET`` seconds without one.
+Programs that never receive store traffic never see the change.
+
+While the rank drives MPI itself the thread stays out of its way: ``progress.activity()`` counts
+what the rank started (hpc_c10d points it at its groups' sequence numbers), and a wake-up that
+finds it moved doubles a plain sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
+stops calling, the thread goes back to waiting on the descriptors: a store operation aimed at a
+rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
+
+Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns the thread
+off) and ``HPC_C10D_STORE_SWITCH_INTERVAL`` (seconds, default 0.0001; 0 leaves Python's alone).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import select
+import sys
 import threading
+import time
 import warnings
 from typing import Any, Callable
 
 from .._env import non_negative
 
-__all__ = ["INTERVAL_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "interval_from_env", "ProgressThread",
-           "progress"]
+__all__ = ["INTERVAL_ENV", "SWITCH_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "SWITCH_INTERVAL", "QUIET",
+           "interval_from_env", "event_descriptors", "ProgressThread", "progress"]
 
 INTERVAL_ENV = "HPC_C10D_STORE_PROGRESS_INTERVAL"
+SWITCH_ENV = "HPC_C10D_STORE_SWITCH_INTERVAL"
 DEFAULT_INTERVAL = 0.002
 BUSY_INTERVAL = 0.064  # longest sleep while the rank keeps calling MPI on its own
+SWITCH_INTERVAL = 1e-4  # the GIL switch interval while store requests arrive
+QUIET = 0.05  # seconds without a request before the switch interval goes back
+_STUCK = 1000  # wake-ups in a row that leave a descriptor ready: it is not MPI's to drain
+_EVENT_SETS = ("anon_inode:[eventpoll]",)
 
 
 def interval_from_env() -> float:
     """Return the configured interval in seconds; ValueError for a malformed or negative one."""
     interval = non_negative(INTERVAL_ENV, float, "a number of seconds", " (0 turns the thread off)")
     return DEFAULT_INTERVAL if interval is None else interval
+
+
+def _switch_from_env() -> float:
+    switch = non_negative(SWITCH_ENV, float, "a number of seconds", " (0 leaves Python's switch interval alone)")
+    return SWITCH_INTERVAL if switch is None else switch
+
+
+def event_descriptors() -> list[int]:
+    """This process's epoll sets (Linux): where network MPI libraries wait for incoming data.
+
+    Other libraries' sets may be among them; they only cause a harmless extra wake-up."""
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # not Linux: the thread sleeps on a timer instead
+        return found
+    for name in names:
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") in _EVENT_SETS:
+                found.append(int(name))
+        except OSError:  # closed since the listing
+            continue
+    return found
+
+
+class _Switch:
+    """Lowers Python's switch interval while store requests arrive, and puts it back after."""
+
+    def __init__(self, fast: float) -> None:
+        self._fast, self._saved, self._set = fast, 0.0, 0.0
+
+    def lower(self) -> None:
+        if self._fast and not self._saved and sys.getswitchinterval() > self._fast:
+            self._saved = sys.getswitchinterval()
+            sys.setswitchinterval(self._fast)
+            self._set = sys.getswitchinterval()  # as Python rounded it
+
+    def restore(self) -> None:
+        if self._saved:
+            if sys.getswitchinterval() == self._set:  # unless someone set their own meanwhile
+                sys.setswitchinterval(self._saved)
+            self._saved = 0.0
 
 
 class ProgressThread:
@@ -58,6 +113,7 @@ class ProgressThread:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake_fd = -1  # written to by _halt: ends a poll() at once
         self._comm: Any = None
         self._exit_hook = False
 
@@ -66,24 +122,28 @@ class ProgressThread:
         """True while the thread is alive."""
         return self._thread is not None
 
-    def join(self, MPI: Any, comm: Any, interval: float) -> None:
-        """Register a user; start the thread if it is the first and the interval is not 0.
+    def join(self, MPI: Any, comm: Any, interval: float, needed: bool = True) -> None:
+        """Register a user; start the thread if it is the first, the interval is not 0 and
+        ``needed`` (some rank of ``comm`` reaches another's window over the network).
 
         The thread probes a duplicate of ``comm`` (collective over it: call this at the same
-        point on every rank of ``comm``, as MPIStore's construction does). MPICH's probe on
-        ``COMM_SELF`` does not reach the network progress engine.
+        point on every rank of ``comm``, with the same ``interval`` and ``needed``, as
+        MPIStore's construction does). MPICH's probe on ``COMM_SELF`` does not reach the
+        network progress engine.
         """
         with self._lock:
             self._users += 1
-            if self._thread is not None or interval == 0:
+            if self._thread is not None or interval == 0 or not needed:
                 return
             if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
                 warnings.warn("MPI did not grant MPI_THREAD_MULTIPLE: MPIStore operations aimed at this "
                               "rank wait until it next calls MPI (no progress thread)", stacklevel=3)
                 return
+            switch = _switch_from_env()
             self._comm = comm.Dup()
             self._stop.clear()
-            self._thread = threading.Thread(target=self._run, args=(interval, MPI.ANY_SOURCE, MPI.ANY_TAG),
+            wake_read, self._wake_fd = os.pipe()
+            self._thread = threading.Thread(target=self._run, args=(interval, switch, wake_read, MPI),
                                             name="hpc_c10d-mpi-progress", daemon=True)
             self._thread.start()
             if not self._exit_hook:  # stop before mpi4py finalizes MPI at exit
@@ -97,16 +157,56 @@ class ProgressThread:
             if self._users == 0:
                 self._halt_locked()
 
-    def _run(self, interval: float, any_source: int, any_tag: int) -> None:
-        comm, stop = self._comm, self._stop
-        sleep, seen = interval, self.activity()
-        while not stop.wait(sleep):
-            started = self.activity()
-            if started != seen:  # the rank is in MPI often enough by itself
-                seen, sleep = started, min(2 * sleep, BUSY_INTERVAL)
-                continue
-            sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
-            comm.Iprobe(any_source, any_tag)
+    def _run(self, interval: float, switch: float, wake_read: int, MPI: Any) -> None:
+        try:
+            self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
+        finally:
+            os.close(wake_read)
+
+    def _serve(self, interval: float, switch: _Switch, wake_read: int, any_source: int, any_tag: int) -> None:
+        stop, probe = self._stop, self._comm.Iprobe
+        poller, stuck = select.poll(), {}
+        poller.register(wake_read, select.POLLIN)
+        for fd in event_descriptors():
+            poller.register(fd, select.POLLIN)
+            stuck[fd] = 0
+        sleep, seen, last_request = interval, self.activity(), 0.0
+        try:
+            while not stop.is_set():
+                started = self.activity()
+                if started != seen:  # the rank is in MPI often enough by itself
+                    seen, sleep = started, min(2 * sleep, BUSY_INTERVAL)
+                    stop.wait(sleep)
+                    continue
+                sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
+                if not stuck:  # no descriptor to wait on: a timer
+                    stop.wait(sleep)
+                    probe(any_source, any_tag)
+                    continue
+                if not poller.poll(1000 * sleep):  # a tick, as without descriptors: not every
+                    probe(any_source, any_tag)      # library signals its set (UCX must be armed)
+                    if last_request and time.monotonic() - last_request > QUIET:
+                        switch.restore()
+                        last_request = 0.0
+                    continue
+                if stop.is_set():
+                    break
+                switch.lower()
+                last_request = time.monotonic()
+                probe(any_source, any_tag)
+                self._drop_stuck(poller, stuck, {fd for fd, _ in poller.poll(0)})
+        finally:
+            switch.restore()
+
+    @staticmethod
+    def _drop_stuck(poller: Any, stuck: dict[int, int], still_ready: set[int]) -> None:
+        """Stop waiting on a descriptor that stays ready however often MPI runs (another
+        library's, or closed: poll() reports POLLNVAL for ever)."""
+        for fd in list(stuck):
+            stuck[fd] = stuck[fd] + 1 if fd in still_ready else 0
+            if stuck[fd] >= _STUCK:
+                poller.unregister(fd)
+                del stuck[fd]
 
     def _halt(self) -> None:
         with self._lock:
@@ -116,7 +216,10 @@ class ProgressThread:
         if self._thread is None:
             return
         self._stop.set()
+        os.write(self._wake_fd, b"x")
         self._thread.join()
+        os.close(self._wake_fd)
+        self._wake_fd = -1
         self._thread = None
         self._comm.Free()
         self._comm = None

@@ -168,6 +168,8 @@ class ShardedTable:
         self._win.Lock_all(MPI.MODE_NOCHECK)
         self._guard = threading.Lock()
         self._shared = [self._shared_memory(MPI, rank) for rank in range(self._size)]
+        #: True where some shard is reached through MPI calls (another node, or MPIR_CVAR_NOLOCAL).
+        self.over_network = any(shared is None for shared in self._shared)
         self._atomics = atomics.pick(MPI, comm, self._win, self._shared)
         self._fetch, self._swap = self._atomics.fetch, self._atomics.swap
         self._pending: list[Any] = []  # origin buffers of puts not yet flushed

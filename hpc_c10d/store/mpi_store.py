@@ -116,7 +116,8 @@ class MPIStore(KeyValueStore):
         self._comm, self._ranks = base.Dup(), base.Get_size()
         self._table: ShardedTable | _ClosedTable = ShardedTable(MPI, self._comm, capacity, max_keys)
         self._table.lock_timeout = self._timeout.total_seconds()
-        progress.join(MPI, self._comm, interval)
+        # A progress thread only where some rank's shard is not shared memory for every rank.
+        progress.join(MPI, self._comm, interval, self._comm.allreduce(self._table.over_network, op=MPI.LOR))
         self._open = True
         if not _open_stores:  # registered after MPI started, so it runs before MPI is finalized
             atexit.unregister(_close_open_stores)
