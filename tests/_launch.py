@@ -17,6 +17,16 @@ With the designation, ``slurm_cluster_problem()`` checks that the cluster SLURM'
 here (through SLURM_CONF or /etc/slurm) has that name and an idle node; without it, it says how to
 designate one. The SLURM tests and run_suite's srun stage skip with that reason, or fail with it
 under ``HPC_C10D_REQUIRE_SLURM=1`` (CI, which brings the localhost cluster up).
+
+Several nodes. run_suite's multi-node stages run on a simulated cluster (slurm/sim_cluster.sh:
+node namespaces on one machine, as root) only when one is designated, and never bring it up:
+
+    bash slurm/sim_cluster.sh up && eval "$(bash slurm/sim_cluster.sh env)"   # sets HPC_C10D_SIM_CLUSTER
+
+``sim_cluster_problem()`` says why its stages cannot run ('' when they can; a failure instead of a
+skip under ``HPC_C10D_REQUIRE_SIM_CLUSTER=1``), ``sim_cluster_command()`` starts its commands. In
+those stages ``sim_layout()`` gives (nodes, ranks per node), from HPC_C10D_TEST_NODES and
+HPC_C10D_TEST_RANKS_PER_NODE, for tests that check where ranks run; None in every other stage.
 """
 import functools
 import os
@@ -35,6 +45,16 @@ HOW_TO_DESIGNATE = (
     f"no SLURM cluster is designated for the tests ({SLURM_DESIGNATION} is not set): "
     "`bash slurm/local_cluster.sh up && eval \"$(bash slurm/local_cluster.sh env)\"` starts and designates "
     f"a localhost one; {SLURM_DESIGNATION}=<ClusterName> designates another (the tests submit jobs to it)")
+
+
+SIM_DESIGNATION = "HPC_C10D_SIM_CLUSTER"  # the state dir of the simulated cluster the tests may use
+SIM_REQUIRED = "HPC_C10D_REQUIRE_SIM_CLUSTER"
+SIM_SCRIPT = os.path.join(ROOT, "slurm", "sim_cluster.sh")
+TEST_NODES = "HPC_C10D_TEST_NODES"  # set by run_suite in its multi-node stages only
+TEST_RANKS_PER_NODE = "HPC_C10D_TEST_RANKS_PER_NODE"
+HOW_TO_DESIGNATE_SIM = (
+    f"no simulated cluster is designated for the multi-node stages ({SIM_DESIGNATION} is not set): as root, "
+    "`bash slurm/sim_cluster.sh up && eval \"$(bash slurm/sim_cluster.sh env)\"` starts and designates one")
 
 
 @dataclass(frozen=True)
@@ -181,4 +201,56 @@ def slurm_cluster_problem():
         return failure
     if not re.search(r"idle|mixed|allocated", states):
         return f"the designated SLURM cluster {designated!r} has no node up (sinfo: {states.strip()!r})"
+    return ""
+
+
+def sim_layout():
+    """(nodes, ranks per node) of the multi-node stage this process runs in, or None outside one."""
+    try:
+        nodes, per_node = int(os.environ[TEST_NODES]), int(os.environ[TEST_RANKS_PER_NODE])
+    except (KeyError, ValueError):
+        return None
+    return (nodes, per_node) if nodes > 0 and per_node > 0 else None
+
+
+def sim_cluster_required():
+    """Whether a missing simulated cluster fails the multi-node stages rather than skipping them."""
+    return os.environ.get(SIM_REQUIRED) == "1"
+
+
+def sim_cluster_env():
+    """This environment with HPC_C10D_SIM_DIR pointing sim_cluster.sh at the designated cluster."""
+    env = dict(os.environ)
+    designated = env.get(SIM_DESIGNATION, "").strip()
+    if designated:
+        env["HPC_C10D_SIM_DIR"] = designated
+    return env
+
+
+def sim_cluster_command(*args):
+    """``bash slurm/sim_cluster.sh ARGS...``, e.g. ``("mpiexec", "-n", "4", "-ppn", "2", "--", ...)``; run it
+    with ``env=sim_cluster_env()`` (and under ``timeout``)."""
+    return ["bash", SIM_SCRIPT, *args]
+
+
+def sim_cluster_problem(nodes=2):
+    """Why jobs on ``nodes`` nodes of the designated simulated cluster cannot run here ('' when they can)."""
+    designated = os.environ.get(SIM_DESIGNATION, "").strip()
+    if not designated:
+        return HOW_TO_DESIGNATE_SIM
+    if os.geteuid() != 0:
+        return f"{SIM_DESIGNATION}={designated}, but entering its nodes needs root"
+    try:
+        proc = subprocess.run(sim_cluster_command("status"), capture_output=True, text=True, timeout=60,
+                              env=sim_cluster_env(), stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the designated simulated cluster {designated} does not answer: {exc}"
+    if proc.returncode != 0:
+        why = " ".join((proc.stdout + proc.stderr).split())
+        return f"the designated simulated cluster {designated} is not up: {why}"
+    found = re.search(r"up, (\d+) nodes", proc.stdout)
+    if not found or int(found.group(1)) < nodes:
+        return (f"the designated simulated cluster {designated} has {found.group(1) if found else '?'} nodes, "
+                f"fewer than {nodes} (`bash slurm/sim_cluster.sh down && "
+                f"bash slurm/sim_cluster.sh up --nodes {nodes}`)")
     return ""

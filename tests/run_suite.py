@@ -11,6 +11,15 @@ Stages
            tests only (HPC_C10D_TEST_SLURM_CLUSTER, which `eval "$(bash slurm/local_cluster.sh env)"`
            sets for the localhost cluster); skipped with a note otherwise, a failure under
            HPC_C10D_REQUIRE_SLURM=1. tests/_launch.py says how the designation is checked.
+  sim mpiexec 2x2, sim srun 2x2
+           the MPI tests on 2 nodes x 2 ranks of a simulated cluster (slurm/sim_cluster.sh, node
+           namespaces on this machine, traffic between nodes over TCP on veths): under its Hydra
+           mpiexec (-n 4 -ppn 2) and under its srun (-N 2 --ntasks-per-node=2 --mpi=pmi2); only
+           when one is designated (HPC_C10D_SIM_CLUSTER, which `eval "$(bash slurm/sim_cluster.sh env)"`
+           sets; the suite never brings it up), skipped with a note otherwise, a failure under
+           HPC_C10D_REQUIRE_SIM_CLUSTER=1. The stages export HPC_C10D_TEST_NODES and
+           HPC_C10D_TEST_RANKS_PER_NODE (tests read them with _launch.sim_layout()). --node-layouts
+           chooses the layouts (NODESxRANKS, default 2x2).
 
 The stages' mpiexec gets its MPI's flags from tests/_launch.py (Open MPI: --oversubscribe, and
 allowed to run as root), and tests that start jobs of their own use the same launcher ($MPIEXEC).
@@ -34,6 +43,7 @@ Usage
   python tests/run_suite.py                       # everything
   python tests/run_suite.py --sizes 1,2 -k allreduce
   python tests/run_suite.py --no-serial -- -x -v  # extra args after -- go to pytest
+  python tests/run_suite.py --no-serial --sizes '' --net-sizes '' --slurm-sizes ''   # only the multi-node stages
 Unrecognised options are passed to pytest as well.
 """
 
@@ -365,6 +375,16 @@ def slurm_problem(flavour: str) -> str:
     return problem
 
 
+def sim_problem(flavour: str, mpiexec: str | None, nodes: int) -> str:
+    """Why the MPI tests cannot run on ``nodes`` nodes of the simulated cluster ('' when they can)."""
+    problem = _launch.sim_cluster_problem(nodes)
+    if not problem and mpiexec is None:
+        return "mpiexec not found"
+    if not problem and flavour != "mpich":
+        return f"the simulated cluster runs MPICH jobs (Hydra's mpiexec, srun --mpi=pmi2); {mpiexec} is {flavour}'s"
+    return problem
+
+
 def has_path_arg(args: list[str]) -> bool:
     return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
 
@@ -385,6 +405,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--slurm-sizes", default="4",
                     help="world sizes for the MPI tests under srun --mpi=pmi2, when a SLURM cluster answers "
                          "(default 4; '' or 0 for none)")
+    ap.add_argument("--node-layouts", default="2x2",
+                    help="NODESxRANKS_PER_NODE layouts for the MPI tests on the designated simulated cluster, "
+                         "each under its mpiexec and its srun (default 2x2; '' for none)")
     ap.add_argument("--timeout", type=float, default=900, help="wall-clock limit per stage in seconds (default 900)")
     ap.add_argument("--total-timeout", type=float, default=2700,
                     help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
@@ -410,6 +433,13 @@ def main(argv: list[str]) -> int:
     sizes = [int(s) for s in args.sizes.replace(" ", "").split(",") if s and int(s) > 0]
     net_sizes = [int(s) for s in args.net_sizes.replace(" ", "").split(",") if s and int(s) > 0]
     slurm_sizes = [int(s) for s in args.slurm_sizes.replace(" ", "").split(",") if s and int(s) > 0]
+    try:
+        layouts = [(int(n), int(r)) for n, r in (lay.split("x") for lay in args.node_layouts.replace(" ", "").split(",")
+                                                  if lay and lay != "0")]
+    except ValueError:
+        ap.error(f"--node-layouts {args.node_layouts!r}: give NODESxRANKS_PER_NODE, e.g. 2x2 or 2x2,3x1")
+    if any(n < 1 or r < 1 for n, r in layouts):
+        ap.error(f"--node-layouts {args.node_layouts!r}: nodes and ranks per node must be positive")
 
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -433,10 +463,10 @@ def main(argv: list[str]) -> int:
             f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
         ]))
 
-    mpiexec = (args.mpiexec or _launch.mpiexec()) if sizes or net_sizes else None
+    mpiexec = (args.mpiexec or _launch.mpiexec()) if sizes or net_sizes or layouts else None
     flavour = _launch.flavour(mpiexec)
     launcher_note = ""
-    if sizes or net_sizes:
+    if sizes or net_sizes or layouts:
         if mpiexec is None:
             launcher_note = "mpiexec not found (looked at $MPIEXEC, next to sys.executable, then PATH)"
             print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
@@ -470,6 +500,32 @@ def main(argv: list[str]) -> int:
             "--kill-on-bad-exit=1", sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
             "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
         ]))
+
+    # Multi-node stages: each layout under the simulated cluster's mpiexec (Hydra, from node1) and srun.
+    for nodes, per_node in layouts:
+        layout, n = f"{nodes}x{per_node}", nodes * per_node
+        problem = sim_problem(flavour.name, mpiexec, nodes)
+        names = (f"sim mpiexec {layout}", f"sim srun {layout}")
+        if problem and _launch.sim_cluster_required():
+            stages += [Stage(name, f"n{n}sim{layout}", n, not_run=problem) for name in names]
+            continue
+        if problem:
+            print(f"run_suite: no {' or '.join(names)} stage: {problem}", flush=True)
+            continue
+        stage_env = {"HPC_C10D_SIM_DIR": _launch.sim_cluster_env()["HPC_C10D_SIM_DIR"],  # the designated one
+                     "HPC_C10D_SIM_MPIEXEC": str(mpiexec),
+                     _launch.TEST_NODES: str(nodes), _launch.TEST_RANKS_PER_NODE: str(per_node)}
+        launch = {
+            names[0]: ["mpiexec", "-n", str(n), "-ppn", str(per_node)],
+            names[1]: ["srun", "-N", str(nodes), f"--ntasks-per-node={per_node}", "--overcommit", "--mpi=pmi2",
+                       "--kill-on-bad-exit=1"],
+        }
+        for name, tag in zip(names, (f"n{n}sim{layout}", f"n{n}simsrun{layout}")):
+            stages.append(Stage(name, tag, n, env=stage_env, cmd=[
+                "timeout", "-k", "10", f"{args.timeout:.0f}", *_launch.sim_cluster_command(*launch[name]), "--",
+                sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--",
+                "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+            ]))
 
     t_start = time.monotonic()
     interrupted = False

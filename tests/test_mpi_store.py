@@ -138,6 +138,63 @@ def test_collectives_tell_the_progress_thread_to_back_off(comm, rank, size):
     np.testing.assert_array_equal(buf, np.full(4, size, np.float32))
 
 
+def test_a_progress_thread_only_where_a_shard_is_reached_over_the_network(comm, size):
+    """Where every shard is shared memory for every rank (one node) no progress thread runs; where
+    some shard is reached through MPI calls (another node, MPIR_CVAR_NOLOCAL=1) one does."""
+    from mpi4py import MPI
+
+    from hpc_c10d.mpi.progress import interval_from_env, progress
+
+    with _store() as store:
+        over_network = store._table.over_network
+        assert comm.allgather(over_network) == [over_network] * size
+        wanted = (over_network and interval_from_env() > 0 and MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+        assert progress.running == wanted
+        if os.environ.get("MPIR_CVAR_NOLOCAL") == "1" and size > 1:
+            assert over_network
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        several_nodes = comm.allreduce(node.Get_size() < size, op=MPI.LOR)
+        node.Free()
+        if several_nodes:  # another node's shard is always reached through MPI
+            assert over_network
+
+
+def test_event_descriptors_lists_this_process_epoll_sets():
+    import select
+
+    from hpc_c10d.mpi.progress import event_descriptors
+
+    epoll = select.epoll()
+    try:
+        assert epoll.fileno() in event_descriptors()
+        assert all(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]" for fd in event_descriptors())
+    finally:
+        epoll.close()
+
+
+def test_switch_interval_is_lowered_while_requests_arrive_and_restored_after():
+    import sys
+
+    from hpc_c10d.mpi.progress import _Switch
+
+    before = sys.getswitchinterval()
+    switch = _Switch(1e-4)
+    try:
+        switch.lower()
+        assert sys.getswitchinterval() == pytest.approx(1e-4)
+        switch.lower()  # twice: the saved value is still the user's
+        switch.restore()
+        assert sys.getswitchinterval() == before
+        switch.lower()
+        sys.setswitchinterval(0.002)  # the program sets its own meanwhile: it is kept
+        switch.restore()
+        assert sys.getswitchinterval() == 0.002
+        _Switch(0.0).lower()  # 0: Python's is left alone
+        assert sys.getswitchinterval() == 0.002
+    finally:
+        sys.setswitchinterval(before)
+
+
 # ----------------------------------------------------------------------------- 2. contended add
 
 ADDS = 300
@@ -490,23 +547,23 @@ def test_readers_never_see_a_half_written_value(comm, rank, size):
 def test_one_node_shards_are_shared_memory(comm, rank, size):
     """Under MPICH on one node every shard is plain memory to every rank: reads and writes skip
     Get/Put and the lock and counters use the CPU's atomics. On the network path only a rank's
-    own shard is, and MPI's atomics serve everyone. Every path gives the same answers (the
-    other tests run on all of them)."""
+    own shard is, and MPI's atomics serve everyone. On several nodes a rank maps the shards of
+    the ranks on its own node, and MPI's atomics serve everyone (they are all or nothing). Every
+    path gives the same answers (the other tests run on all of them)."""
     from mpi4py import MPI
 
     if "MPICH" not in MPI.Get_library_version():
         pytest.skip("only MPICH is known to share Win.Allocate memory (Open MPI 5 does not)")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # with NOLOCAL each rank is a node of its own
-    one_node = node.Get_size() == size
+    node_of = comm.allgather(min(node.allgather(rank)))  # each rank's node, named by its lowest rank
     node.Free()
-    if not one_node and not NOLOCAL:
-        pytest.skip("ranks span several nodes")
+    one_node = len(set(node_of)) == 1
     with _store() as store:
         shared = [memory is not None for memory in store._table._shared]
-        expected = [not NOLOCAL or owner == rank for owner in range(size)]  # its own shard, always
+        expected = [node_of[owner] == node_of[rank] for owner in range(size)]  # its own shard, always
         _agree(comm, lambda: assert_equal(shared, expected))
         kind = type(store._table._atomics).__name__
-        _agree(comm, lambda: assert_equal(kind, "MPIAtomics" if NOLOCAL else "SharedAtomics"))
+        _agree(comm, lambda: assert_equal(kind, "SharedAtomics" if one_node else "MPIAtomics"))
 
         # The CPU's atomics are all or nothing: one rank that cannot map a shard puts every rank on MPI's.
         from hpc_c10d.mpi import atomics

@@ -141,8 +141,8 @@ def test_a_designation_without_slurm_installed_says_so(fake_slurm, monkeypatch, 
 def _run_suite_without_stages(tmp_path, **env):
     """run_suite with no pytest stage: only its decision about the srun stage runs."""
     return subprocess.run([sys.executable, RUN_SUITE, "--no-serial", "--sizes", "0", "--net-sizes", "0",
-                           "--results-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
-                          env=fresh_env(**env), cwd=ROOT)
+                           "--node-layouts", "", "--results-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env=fresh_env(**env), cwd=ROOT)
 
 
 @pytest.mark.parametrize("required", ["", "1"], ids=["skipped", "required"])
