@@ -11,7 +11,9 @@ Three sources, all cheap when nothing goes wrong:
   ``TORCH_FR_BUFFER_SIZE``; unset, it is 2000 at debug level INFO/DETAIL and 0 (off) at OFF.
 
 ``dump(reason)`` writes ``<run>-rank<N>.json`` into ``HPC_C10D_TRACE_DIR`` (default
-``./hpc_c10d_traces``); ``python -m hpc_c10d trace DIR`` merges the files.
+``./hpc_c10d_traces``); ``python -m hpc_c10d trace DIR`` merges the files. Every dump also holds
+the host of every rank (``set_hosts``, gathered once at ``init_process_group``), so a report can
+say where a rank ran that never wrote a dump of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .transport import TransportWrapper
 from .work import Work
 
 __all__ = ["InFlight", "in_flight", "current", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
-           "snapshot", "BUFFER_ENV", "DIR_ENV"]
+           "snapshot", "set_hosts", "BUFFER_ENV", "DIR_ENV"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
 _TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -207,6 +209,15 @@ def trace_dir() -> str:
     return os.environ.get(DIR_ENV, "").strip() or DEFAULT_DIR
 
 
+_hosts: list[str] | None = None
+
+
+def set_hosts(hosts: list[str] | None) -> None:
+    """Every world rank's host name, by rank (None: unknown); written into each dump as ``hosts``."""
+    global _hosts
+    _hosts = None if hosts is None else list(hosts)
+
+
 def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:
     """This rank's state as a JSON-ready dict."""
     pg = _world.default_pg
@@ -214,6 +225,7 @@ def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:
     return {
         "version": 1, "reason": reason, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
         "rank": pg._rank if pg is not None else None, "world_size": pg._size if pg is not None else None,
+        "hosts": _hosts,
         "groups": [{"name": g._name, "desc": g._desc, "ranks": list(g._global_ranks), "seq": g._seq,
                     "p2p_seq": g._p2p_seq, "timeout_s": g._timeout.total_seconds()} for g in _world.groups],
         "in_flight": flights,
@@ -224,11 +236,14 @@ def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:
 _dump_lock = threading.Lock()
 
 
-def dump(reason: str, directory: str | None = None, skip: int | None = None, run_id: str = "run") -> str | None:
-    """Write this rank's snapshot to ``<dir>/<run_id>-rank<N>.json``; return the path (None if that failed)."""
+def dump(reason: str, directory: str | None = None, skip: int | None = None, run_id: str = "run",
+         extra: dict[str, Any] | None = None) -> str | None:
+    """Write this rank's snapshot (with the fields in ``extra``) to ``<dir>/<run_id>-rank<N>.json``;
+    return the path (None if that failed)."""
     with _dump_lock:
         try:
             data = snapshot(reason, skip)
+            data.update(extra or {})
             data["run"] = run_id
             folder = directory or trace_dir()
             os.makedirs(folder, exist_ok=True)

@@ -2,7 +2,10 @@
 
 For each group it lists what its members were inside when they dumped, ranks doing the same
 thing folded into ranges ("ranks 0-2 in all_reduce seq 17 of group 0; rank 3 in barrier seq 16
-of group 0"), and names the ranks whose sequence number is behind the others'.
+of group 0"), and names the ranks whose sequence number is behind the others'. Ranks that left
+no dump, or that did not answer another rank's roll call (``roll_call`` in its dump: each rank
+that raised or answered the alarm messaged every other and waited for theirs), are named with
+their hosts ("no answer from ranks 2-3 on node2"): a dead process, or a node cut off from the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +32,28 @@ def rank_ranges(ranks: Iterable[int]) -> str:
     return ("rank " if len(ordered) == 1 else "ranks ") + ",".join(parts)
 
 
+def _on(ranks: Iterable[int], hosts: list[str] | None) -> str:
+    """`` on node2`` (the distinct hosts of ``ranks``), or nothing when the hosts are unknown."""
+    names = sorted({hosts[r] for r in ranks if hosts is not None and 0 <= r < len(hosts) and hosts[r]})
+    return f" on {','.join(names)}" if names else ""
+
+
+def _roll_call_lines(dumps: list[dict[str, Any]], hosts: list[str] | None) -> list[str]:
+    """Who heard nothing from whom in the roll call, ranks with the same silence folded together."""
+    by_silent: dict[tuple[int, ...], list[tuple[int, float]]] = defaultdict(list)
+    for dump in dumps:
+        roll = dump.get("roll_call") or {}
+        if roll.get("silent") and dump.get("rank") is not None:
+            by_silent[tuple(roll["silent"])].append((dump["rank"], float(roll.get("waited_s") or 0)))
+    lines = []
+    for silent, heard_by in sorted(by_silent.items(), key=lambda item: min(r for r, _ in item[1])):
+        listeners = [r for r, _ in heard_by]
+        waited = max(w for _, w in heard_by)
+        lines.append(f"  no answer from {rank_ranges(silent)}{_on(silent, hosts)} to {rank_ranges(listeners)}"
+                     f"{_on(listeners, hosts)} within {waited:.1f} s (dead, stopped, or cut off from them)")
+    return lines
+
+
 def _doing(dump: dict[str, Any], group: str) -> str:
     """What the rank was inside for ``group``, or where it was otherwise."""
     flights = dump.get("in_flight") or []
@@ -51,9 +76,11 @@ def summarize(dumps: list[dict[str, Any]]) -> str:
     world = next((d["world_size"] for d in dumps if d.get("world_size")), len(dumps))
     present = {d["rank"] for d in dumps if d.get("rank") is not None}
     lines = [f"run {dumps[0].get('run', '?')}: dumps from {len(present)} of {world} ranks"]
+    hosts = next((d["hosts"] for d in dumps if d.get("hosts")), None)
     missing = sorted(set(range(world)) - present)
     if missing:
-        lines.append(f"  no dump from {rank_ranges(missing)} (dead, or could not write)")
+        lines.append(f"  no dump from {rank_ranges(missing)}{_on(missing, hosts)} (dead, or could not write)")
+    lines += _roll_call_lines(dumps, hosts)
     reasons = {d["reason"] for d in dumps if d.get("reason") not in (None, "another rank raised the alarm")}
     lines += [f"  reported: {reason}" for reason in sorted(reasons)]
     groups: dict[str, dict[str, Any]] = {}

@@ -4,38 +4,51 @@ One daemon thread per process, started by ``init_process_group``. It wakes every
 a tenth of the shortest group timeout), reads which operation each thread is inside
 (``flight_recorder.in_flight``: the threads' stacks, nothing on the hot path) and notices one
 that stays past its group's timeout (``Work.wait()`` without a timeout uses the default
-group's). Then it writes this rank's flight-recorder dump, leaves an alarm file beside it so
-every other rank's watchdog dumps too, waits ``HPC_C10D_ABORT_GRACE`` seconds (default 3)
-for their dumps, logs what they show (who is stuck where) and acts on the policy:
+group's). Then it raises the alarm: an alarm file in the dump directory, which every other
+rank's watchdog looks for at each wake-up, and a roll call (``roll_call.py``: UDP datagrams on a
+port opened only then, addresses exchanged through card files beside the dumps) that finds, within
+``HPC_C10D_ABORT_GRACE`` seconds (default 3), which ranks can still be reached; those that cannot
+are named in the dumps with their hosts (gathered at start): dead, stopped, or on a node cut off
+from this one. It then writes this rank's flight-recorder dump, waits (within the grace again) for
+the dumps of the ranks that answered, logs what the dumps show (who is stuck where, who is missing,
+on which host) and acts on the policy:
 
 ``HPC_C10D_TIMEOUT_POLICY`` (or torch's ``TORCH_NCCL_ASYNC_ERROR_HANDLING``: 0 report, 1 and 3
 abort, 2 raise):
 
-* ``abort`` (default): ``MPI_Abort`` ends the whole job;
+* ``abort`` (default): ``MPI_Abort`` ends the whole job. A rank that is still alive 10 s after
+  calling it (MPI_Abort blocked: the launcher is out of reach, or a thread holds MPI's lock
+  inside a call that never returns) is killed by a kernel timer armed before, as is one whose
+  report never finishes;
 * ``raise``: ``DistBackendError`` is raised in the stuck thread as soon as it runs Python
   again (a ``Work.wait(timeout)`` loop does; a blocking MPI call that never returns cannot be
   interrupted, use ``abort`` for those);
 * ``report``: log and dump only;  ``off``: no watchdog thread.
 
 An unhandled exception on any rank ends the job the same way (``sys.excepthook``: the
-traceback, prefixed with the rank, then dumps and ``MPI_Abort``) unless
+traceback, prefixed with the rank, then the roll call, dumps, the report and ``MPI_Abort``) unless
 ``HPC_C10D_ABORT_ON_EXCEPTION=0`` or Python runs interactively. ``SIGUSR2`` makes a rank dump
-without stopping it.
+without stopping it. Jobs over 4096 ranks gather no hosts and hold no roll call (the start-up
+exchange and the datagrams grow with the square of the ranks).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
+from ctypes.util import find_library
 from typing import TYPE_CHECKING, Any, cast
 
 from . import flight_recorder
+from .roll_call import MAX_RANKS, RollCall
 from ._env import non_negative
 from ._state import _world, default_group
 from .errors import DistBackendError
@@ -56,6 +69,8 @@ GRACE_ENV = "HPC_C10D_ABORT_GRACE"
 _LONGEST_PERIOD = 1.0
 _SHORTEST_PERIOD = 0.05
 _FORWARD_S = 1.0  # seconds between the last report line and MPI_Abort (lines were lost without it)
+_ABORT_WAIT_S = 10.0  # a rank still alive this long after calling MPI_Abort is killed (a kernel timer)
+_ANSWERING = "another rank raised the alarm"
 
 
 def policy_from_env() -> str:
@@ -80,17 +95,59 @@ def grace_from_env() -> float:
 
 
 def _abort_job(MPI: Any) -> None:
+    _kill_self_after(_FORWARD_S + _ABORT_WAIT_S)
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(_FORWARD_S)  # the launcher relays our last lines from a pipe; an abort at once can lose them
     MPI.COMM_WORLD.Abort(1)
 
 
+_kill_timer: Any = None  # the POSIX timer of _kill_self_after, once made
+
+
+def _kill_self_after(seconds: float) -> bool:
+    """Have the kernel send this process SIGKILL in ``seconds`` (re-arming the timer if it was
+    armed). A POSIX timer, so it fires whatever the threads are doing: ``MPI_Abort`` holds the
+    GIL while it waits, and a blocked MPI call holds MPI's lock. False if no timer could be made."""
+    global _kill_timer
+    try:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            create, settime = libc.timer_create, libc.timer_settime  # glibc 2.34+: in libc; else librt
+        except AttributeError:
+            librt = ctypes.CDLL(find_library("rt") or "librt.so.1", use_errno=True)
+            create, settime = librt.timer_create, librt.timer_settime
+
+        class SigEvent(ctypes.Structure):  # struct sigevent (64 bytes on Linux)
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("pad", ctypes.c_byte * 48)]
+
+        class TimeSpec(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+        class ITimerSpec(ctypes.Structure):
+            _fields_ = [("interval", TimeSpec), ("value", TimeSpec)]
+
+        if _kill_timer is None:
+            timer, event = ctypes.c_void_p(), SigEvent(None, int(signal.SIGKILL), 0)  # SIGEV_SIGNAL
+            if create(1, ctypes.byref(event), ctypes.byref(timer)) != 0:  # CLOCK_MONOTONIC
+                return False
+            _kill_timer = timer
+        whole = int(seconds)
+        when = ITimerSpec(TimeSpec(0, 0), TimeSpec(whole, int((seconds - whole) * 1e9)))
+        return settime(_kill_timer, 0, ctypes.byref(when), None) == 0
+    except Exception as exc:  # never in the way of the abort itself
+        logger.warning("watchdog: no timer to end this process should the abort hang: %s", exc)
+        return False
+
+
 class Watchdog:
     """The per-process watchdog thread (see the module docstring)."""
 
-    def __init__(self, MPI: Any, policy: str, run_id: str, directory: str) -> None:
+    def __init__(self, MPI: Any, policy: str, run_id: str, directory: str, roll: RollCall | None = None) -> None:
         self._MPI, self.policy, self.run_id, self.directory = MPI, policy, run_id, directory
+        self._roll = roll  # None: no roll call (one rank, or too many)
+        self._roll_lock = threading.Lock()
         self.grace = grace_from_env()
         self._stop = threading.Event()
         self._seen: dict[tuple, float] = {}
@@ -112,6 +169,8 @@ class Watchdog:
         self._thread.join()
         os.close(self._wake_r)
         os.close(self._wake_w)
+        if self._roll is not None:
+            self._roll.close()
 
     def wake_fd(self) -> int:
         """A descriptor whose writes wake the thread at once (for ``signal.set_wakeup_fd``)."""
@@ -123,12 +182,15 @@ class Watchdog:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            ready, _, _ = select.select([self._wake_r], [], [], self._period())
+            roll_sock = self._roll.sock if self._roll is not None else None  # open once an alarm is raised
+            ready, _, _ = select.select([self._wake_r] + ([roll_sock] if roll_sock else []), [], [], self._period())
             if self._stop.is_set():
                 return
             try:
-                if ready and signal.SIGUSR2 in os.read(self._wake_r, 512):  # one byte per caught signal
+                if self._wake_r in ready and signal.SIGUSR2 in os.read(self._wake_r, 512):  # a byte per signal
                     self.dump("SIGUSR2")
+                if roll_sock is not None and roll_sock in ready:
+                    self._roll.drain()  # type: ignore[union-attr]  # answer a late rank's roll call
                 self._tick()
             except Exception as exc:  # the watchdog must outlive its own mistakes
                 logger.warning("watchdog: %s: %s", type(exc).__name__, exc)
@@ -149,26 +211,52 @@ class Watchdog:
         self._seen = seen
         self._check_gpu_work()
         if not self._answered and os.path.exists(self.alarm_path):
-            self._answered = True
-            self.dump("another rank raised the alarm")
+            self._answer()
+
+    def _answer(self) -> None:
+        """Another rank raised the alarm: take part in the roll call and dump (once)."""
+        if self._answered:
+            return
+        self._answered = True
+        self.roll_call()
+        self.dump(_ANSWERING)
 
     def dump(self, reason: str) -> str | None:
-        return flight_recorder.dump(reason, self.directory, skip=threading.get_ident(), run_id=self.run_id)
+        outcome = self._roll.outcome if self._roll is not None else None
+        extra = {"roll_call": outcome} if outcome is not None else None
+        return flight_recorder.dump(reason, self.directory, skip=threading.get_ident(), run_id=self.run_id,
+                                    extra=extra)
 
     def raise_alarm(self, reason: str) -> None:
-        """Dump this rank, ask every other rank to dump, and wait for their dumps (up to the grace)."""
+        """Ask every other rank to answer and dump (the alarm file and the roll call), dump this
+        rank, and wait for the dumps of the ranks that answered (each wait up to the grace)."""
         self._answered = True
-        self.dump(reason)
         try:
             os.makedirs(self.directory, exist_ok=True)
             with open(self.alarm_path, "a") as alarm:
                 alarm.write(reason + "\n")
         except OSError as exc:
             logger.warning("could not write the alarm file %s: %s", self.alarm_path, exc)
+        roll = self.roll_call()
+        self.dump(reason)
+        pg = _world.default_pg
+        size, rank = (pg._size, pg._rank) if pg is not None else (1, 0)
+        expected = set(range(size)) if roll is None else {rank, *roll["answered"]}
         deadline = time.monotonic() + self.grace
-        size = _world.default_pg._size if _world.default_pg is not None else 1
-        while time.monotonic() < deadline and len(flight_recorder.dumps_of(self.directory, self.run_id)) < size:
-            time.sleep(0.05)
+        while time.monotonic() < deadline:
+            if expected <= {d.get("rank") for d in flight_recorder.dumps_of(self.directory, self.run_id)}:
+                break
+            if self._roll is not None:
+                self._roll.wait(0.05)  # a late rank's roll call is still answered
+            else:
+                time.sleep(0.05)
+
+    def roll_call(self) -> dict[str, Any] | None:
+        """Hold this rank's part of the roll call (``roll_call.RollCall.hold``), once per process."""
+        with self._roll_lock:
+            if self._roll is None or self.grace <= 0:
+                return None
+            return self._roll.hold(self.grace)
 
     def _check_gpu_work(self) -> None:
         """GPU operations run on their own streams, so no thread is seen waiting for a stuck one:
@@ -188,6 +276,8 @@ class Watchdog:
         message = (f"Watchdog caught collective operation timeout: {what} has not completed "
                    f"after {waited:.1f} s (timeout {limit:g} s)")
         logger.error("%s; policy %r", message, self.policy)
+        if self.policy == "abort":  # whatever blocks from here on (MPI's lock, a dead file system), the rank ends
+            _kill_self_after(2 * self.grace + _FORWARD_S + _ABORT_WAIT_S)
         self.raise_alarm(message)
         from .trace_report import summarize  # late: only needed when something went wrong
 
@@ -222,7 +312,13 @@ def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
     stream.flush()
     if watchdog is None:
         return
+    _kill_self_after(2 * watchdog.grace + _FORWARD_S + _ABORT_WAIT_S)
     watchdog.raise_alarm(f"unhandled {kind.__name__} on rank {rank}: {value}")
+    from .trace_report import summarize  # late: only needed when something went wrong
+
+    report = summarize(flight_recorder.dumps_of(watchdog.directory, watchdog.run_id))
+    stream.write("".join(f"[rank {rank}]: {line}\n" for line in
+                         [f"what every rank was doing (dumps in {watchdog.directory}):", *report.splitlines()]))
     stream.write(f"[rank {rank}]: aborting the job (set {EXCEPTION_ENV}=0 to let other ranks go on)\n")
     _abort_job(watchdog._MPI)
 
@@ -236,9 +332,18 @@ def start(MPI: Any, run_id: str) -> None:
     global _watchdog, _previous_hook, _owns_wakeup
     policy = policy_from_env()
     abort_on_exception = os.environ.get(EXCEPTION_ENV, "1").strip() not in ("0", "false", "no", "off")
+    pg = default_group()
+    roll = None
+    if pg._size <= MAX_RANKS:  # every rank, whatever its policy: a collective
+        secret = secrets.token_bytes(8) if pg._rank == 0 else b""
+        cards = pg._comm.allgather((socket.gethostname(), secret))
+        hosts = [host for host, _ in cards]
+        flight_recorder.set_hosts(hosts)  # reports name the hosts of lost ranks
+        if pg._size > 1:
+            roll = RollCall(flight_recorder.trace_dir(), run_id, pg._rank, hosts, cards[0][1])
     if policy == "off":
         return
-    _watchdog = Watchdog(MPI, policy, run_id, flight_recorder.trace_dir())
+    _watchdog = Watchdog(MPI, policy, run_id, flight_recorder.trace_dir(), roll)
     _watchdog.start()
     if abort_on_exception and not _interactive() and default_group()._size > 1:
         _previous_hook, sys.excepthook = sys.excepthook, _excepthook
@@ -263,6 +368,7 @@ def stop() -> None:
     if _previous_hook is not None and sys.excepthook is _excepthook:
         sys.excepthook = _previous_hook
     _previous_hook = None
+    flight_recorder.set_hosts(None)
     if _watchdog is not None:
         _watchdog.stop()
         _watchdog = None
