@@ -233,6 +233,22 @@ def sim_cluster_command(*args):
     return ["bash", SIM_SCRIPT, *args]
 
 
+def sim_cluster_settings():
+    """The designated cluster's cluster.env (SIM_PREFIX, SIM_NODES, ...) as a dict, quotes taken off."""
+    with open(os.path.join(sim_cluster_env()["HPC_C10D_SIM_DIR"], "cluster.env")) as f:
+        return {key: value.strip("'\"") for key, value in (line.strip().split("=", 1) for line in f if "=" in line)}
+
+
+def sim_job(launch, argv, timeout=120, **extra):
+    """Run ``sim_cluster.sh LAUNCH... -- python ARGV`` on the designated cluster under ``timeout``
+    (the job's environment: this one with ``extra``); return the CompletedProcess."""
+    env = fresh_env(HPC_C10D_SIM_MPIEXEC=mpiexec() or "", **extra)
+    env["HPC_C10D_SIM_DIR"] = sim_cluster_env()["HPC_C10D_SIM_DIR"]
+    cmd = ["timeout", "-k", "10", str(timeout), *sim_cluster_command(*launch, "--", sys.executable, *argv)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, env=env, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+
+
 def sim_cluster_problem(nodes=2):
     """Why jobs on ``nodes`` nodes of the designated simulated cluster cannot run here ('' when they can)."""
     designated = os.environ.get(SIM_DESIGNATION, "").strip()

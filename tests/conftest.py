@@ -1,6 +1,8 @@
-"""Shared fixtures: one process group for the whole session, at whatever size mpiexec gave."""
+"""Shared fixtures: one process group for the whole session, at whatever size mpiexec gave; the
+designated simulated cluster for serial tests that start multi-node jobs on it."""
 import pytest
 
+import _launch
 import hpc_c10d as dist
 
 
@@ -20,6 +22,21 @@ def rank(world):
 @pytest.fixture
 def size(world):
     return dist.get_world_size()
+
+
+@pytest.fixture(scope="session")
+def sim_cluster():
+    """The designated simulated cluster's settings (``_launch.sim_cluster_settings``) for a serial test
+    that starts jobs on 2 of its nodes; skips without one, fails under HPC_C10D_REQUIRE_SIM_CLUSTER=1."""
+    if _launch.outer_world_size() > 1:
+        pytest.skip("serial test that starts jobs on the simulated cluster itself; run without mpiexec")
+    problem = _launch.sim_cluster_problem(2) if _launch.mpiexec() else \
+        "no mpiexec beside the Python interpreter or on PATH"
+    if problem:
+        if _launch.sim_cluster_required():
+            pytest.fail(f"{_launch.SIM_REQUIRED}=1 but {problem}")
+        pytest.skip(problem)
+    return _launch.sim_cluster_settings()
 
 
 def pytest_sessionfinish(session, exitstatus):

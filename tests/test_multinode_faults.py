@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 import _launch
-from _launch import ROOT, SIM_DESIGNATION, SIM_SCRIPT, fresh_env, outer_world_size, sim_cluster_problem
+from _launch import ROOT, SIM_DESIGNATION, SIM_SCRIPT, fresh_env, outer_world_size
 
 PROGRAM = os.path.join(ROOT, "tests", "faults", "node_loss.py")
 TIMEOUT_S = "3"  # the job's group timeout (HPC_C10D_TIMEOUT)
@@ -52,20 +52,6 @@ except ImportError:
     h5py = None
 sys.path.insert(0, os.path.dirname(PROGRAM))
 from node_loss import reference  # noqa: E402  (the checkpoint the job writes)
-
-
-def _cluster():
-    """(state dir, namespace prefix, node names) of the designated cluster; skip (or fail, when
-    one is required) if there is none up with 2 nodes."""
-    problem = sim_cluster_problem(2) if _launch.mpiexec() else "no mpiexec beside the Python interpreter or on PATH"
-    if problem:
-        if _launch.sim_cluster_required():
-            pytest.fail(f"{_launch.SIM_REQUIRED}=1 but {problem}")
-        pytest.skip(problem)
-    state = os.environ[SIM_DESIGNATION].strip()
-    with open(os.path.join(state, "cluster.env")) as f:
-        info = {key: value.strip("'\"") for key, value in (line.strip().split("=", 1) for line in f if "=" in line)}
-    return state, info["SIM_PREFIX"], [f"node{k}" for k in range(1, int(info["SIM_NODES"]) + 1)]
 
 
 def _sim_env(state, prefix, **extra):
@@ -158,8 +144,9 @@ pytestmark = [
 
 @pytest.mark.parametrize("launcher", ["mpiexec", "srun"])
 @pytest.mark.parametrize("fault", ["link down", "SIGKILL"])
-def test_losing_node2_mid_all_reduce_ends_the_job_naming_its_ranks_and_host(fault, launcher, tmp_path):
-    state, prefix, nodes = _cluster()
+def test_losing_node2_mid_all_reduce_ends_the_job_naming_its_ranks_and_host(fault, launcher, tmp_path, sim_cluster):
+    state, prefix = os.environ[SIM_DESIGNATION].strip(), sim_cluster["SIM_PREFIX"]
+    nodes = [f"node{k}" for k in range(1, int(sim_cluster["SIM_NODES"]) + 1)]
     token = f"hpc_c10d_test_{uuid.uuid4().hex}"
     checkpoint = str(tmp_path / "ckpt.h5") if h5py is not None else "-"
     traces = tmp_path / "traces"

@@ -20,8 +20,7 @@ import sys
 import pytest
 
 import _launch
-from _launch import (HOW_TO_DESIGNATE_SIM, ROOT, SIM_SCRIPT, TEST_NODES, TEST_RANKS_PER_NODE, fresh_env,
-                     outer_world_size, sim_cluster_command, sim_cluster_env, sim_cluster_problem)
+from _launch import HOW_TO_DESIGNATE_SIM, ROOT, SIM_SCRIPT, TEST_NODES, TEST_RANKS_PER_NODE, fresh_env, sim_job
 
 RUN_SUITE = os.path.join(ROOT, "tests", "run_suite.py")
 SIM_VARS = ("HPC_C10D_SIM_", _launch.SIM_DESIGNATION, _launch.SIM_REQUIRED)
@@ -105,28 +104,6 @@ def test_sim_layout(monkeypatch):
 
 
 # ------------------------------------------------------------------ on the designated cluster --
-def _cluster_problem():
-    if outer_world_size() > 1:
-        return "serial test that starts jobs on the simulated cluster itself"
-    return sim_cluster_problem(2) or None
-
-
-_problem = _cluster_problem()
-_required = _launch.sim_cluster_required() and outer_world_size() == 1
-
-
-@pytest.fixture
-def cluster():
-    """The designated cluster's settings (cluster.env in its state dir); fails if one is required."""
-    if _problem is not None:
-        if _required:
-            pytest.fail(f"{_launch.SIM_REQUIRED}=1 but {_problem}")
-        pytest.skip(_problem)
-    env = sim_cluster_env()
-    with open(os.path.join(env["HPC_C10D_SIM_DIR"], "cluster.env")) as f:
-        return dict(line.strip().split("=", 1) for line in f if "=" in line)
-
-
 PROBE = """
 import json, os, socket
 from mpi4py import MPI
@@ -137,14 +114,9 @@ os.write(1, (line + "\\n").encode())  # one write: the launcher interleaves the 
 """
 
 
-def _job(launch, argv, timeout=120):
-    """Run ``sim_cluster.sh LAUNCH -- python ARGV`` on the designated cluster under ``timeout``."""
-    env = fresh_env(HPC_C10D_SIM_MPIEXEC=_launch.mpiexec() or "")
-    env["HPC_C10D_SIM_DIR"] = sim_cluster_env()["HPC_C10D_SIM_DIR"]
-    cmd = ["timeout", "-k", "10", str(timeout), *sim_cluster_command(*launch, "--", sys.executable, *argv)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30, env=env, cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, f"{cmd}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+def _job(launch, argv):
+    proc = sim_job(launch, argv)
+    assert proc.returncode == 0, f"{launch} {argv}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
@@ -155,7 +127,7 @@ LAUNCHES = {
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHES))
-def test_two_ranks_on_each_of_two_nodes(cluster, launcher):
+def test_two_ranks_on_each_of_two_nodes(sim_cluster, launcher):
     out = _job(LAUNCHES[launcher], ["-c", PROBE])
     ranks = sorted((json.loads(line) for line in out.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
     assert [(r["rank"], r["host"], r["node_size"], r["node_rank"]) for r in ranks] == [
@@ -163,16 +135,16 @@ def test_two_ranks_on_each_of_two_nodes(cluster, launcher):
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHES))
-def test_info_sees_two_nodes(cluster, launcher):
+def test_info_sees_two_nodes(sim_cluster, launcher):
     out = _job(LAUNCHES[launcher], ["-m", "hpc_c10d", "info"])
     assert "world size       4 on 2 node(s)" in out, out
     hosts = re.findall(r"^ +(\d) +(node\d) +(\d) ", out, re.MULTILINE)
     assert hosts == [("0", "node1", "0"), ("1", "node1", "1"), ("2", "node2", "0"), ("3", "node2", "1")], out
 
 
-def _bridge_bytes(cluster, node):
+def _bridge_bytes(sim_cluster, node):
     """Bytes the bridge's end of ``node``'s cable received and sent."""
-    proc = subprocess.run(["ip", "-n", f"{cluster['SIM_PREFIX']}-br", "-s", "-j", "link", "show", node],
+    proc = subprocess.run(["ip", "-n", f"{sim_cluster['SIM_PREFIX']}-br", "-s", "-j", "link", "show", node],
                           capture_output=True, text=True, timeout=30, check=True)
     stats = json.loads(proc.stdout)[0]["stats64"]
     return stats["rx"]["bytes"] + stats["tx"]["bytes"]
@@ -189,12 +161,12 @@ assert b[0] == MPI.COMM_WORLD.size
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHES))
-def test_traffic_between_nodes_crosses_the_cables(cluster, launcher):
+def test_traffic_between_nodes_crosses_the_cables(sim_cluster, launcher):
     """Without the cluster's MPI settings MPICH's UCX would take shared memory between the
     namespaces and the counters would not move."""
     launch = {"mpiexec": ["mpiexec", "-n", "2", "-ppn", "1"],
               "srun": ["srun", "-N", "2", "--ntasks-per-node=1", "--mpi=pmi2"]}[launcher]
-    before = [_bridge_bytes(cluster, node) for node in ("node1", "node2")]
+    before = [_bridge_bytes(sim_cluster, node) for node in ("node1", "node2")]
     _job(launch, ["-c", ALLREDUCE])
-    moved = [_bridge_bytes(cluster, node) - b for node, b in zip(("node1", "node2"), before)]
+    moved = [_bridge_bytes(sim_cluster, node) - b for node, b in zip(("node1", "node2"), before)]
     assert min(moved) > 32 << 20, moved  # at least the array itself crossed each cable
