@@ -489,7 +489,7 @@ def main(argv: list[str]) -> int:
                 ]
             stages.append(st)
 
-    srun_problem = slurm_problem(flavour.name) if slurm_sizes else "not asked for"
+    srun_problem = slurm_problem(flavour.name) if slurm_sizes else ""  # --slurm-sizes '': no stage, none required
     if srun_problem and _launch.slurm_required():
         stages.append(Stage(f"srun n={slurm_sizes[0] if slurm_sizes else '?'}", "srun", 0, not_run=srun_problem))
     elif srun_problem:

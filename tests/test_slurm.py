@@ -138,11 +138,11 @@ def test_a_designation_without_slurm_installed_says_so(fake_slurm, monkeypatch, 
                                        "(no srun, sinfo, scontrol on PATH)")
 
 
-def _run_suite_without_stages(tmp_path, **env):
+def _run_suite_without_stages(tmp_path, *args, **env):
     """run_suite with no pytest stage: only its decision about the srun stage runs."""
     return subprocess.run([sys.executable, RUN_SUITE, "--no-serial", "--sizes", "0", "--net-sizes", "0",
-                           "--node-layouts", "", "--results-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, env=fresh_env(**env), cwd=ROOT)
+                           "--node-layouts", "", "--results-dir", str(tmp_path), *args], capture_output=True,
+                          text=True, timeout=120, env=fresh_env(**env), cwd=ROOT)
 
 
 @pytest.mark.parametrize("required", ["", "1"], ids=["skipped", "required"])
@@ -155,6 +155,12 @@ def test_run_suite_has_no_srun_stage_without_a_designation(fake_slurm, monkeypat
         assert proc.returncode == 1
     else:
         assert f"run_suite: no srun stage: {HOW_TO_DESIGNATE}" in proc.stdout, proc.stdout
+
+
+def test_run_suite_asked_for_no_srun_stage_needs_no_cluster_even_when_one_is_required(tmp_path):
+    """CI's multi-node stage runs with --slurm-sizes '' while HPC_C10D_REQUIRE_SLURM=1 is still set."""
+    proc = _run_suite_without_stages(tmp_path, "--slurm-sizes", "", HPC_C10D_REQUIRE_SLURM="1")
+    assert "srun n=" not in proc.stdout and "NOT RUN" not in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_local_cluster_up_names_the_process_that_holds_its_port(tmp_path):
