@@ -113,7 +113,7 @@ class ProgressThread:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._wake_fd = -1  # written to by _halt: ends a poll() at once
+        self._wake = (-1, -1)  # a pipe (read, write): _halt writes to end a poll() at once
         self._comm: Any = None
         self._exit_hook = False
 
@@ -142,8 +142,8 @@ class ProgressThread:
             switch = _switch_from_env()
             self._comm = comm.Dup()
             self._stop.clear()
-            wake_read, self._wake_fd = os.pipe()
-            self._thread = threading.Thread(target=self._run, args=(interval, switch, wake_read, MPI),
+            self._wake = os.pipe()
+            self._thread = threading.Thread(target=self._run, args=(interval, switch, self._wake[0], MPI),
                                             name="hpc_c10d-mpi-progress", daemon=True)
             self._thread.start()
             if not self._exit_hook:  # stop before mpi4py finalizes MPI at exit
@@ -158,10 +158,7 @@ class ProgressThread:
                 self._halt_locked()
 
     def _run(self, interval: float, switch: float, wake_read: int, MPI: Any) -> None:
-        try:
-            self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
-        finally:
-            os.close(wake_read)
+        self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
 
     def _serve(self, interval: float, switch: _Switch, wake_read: int, any_source: int, any_tag: int) -> None:
         stop, probe = self._stop, self._comm.Iprobe
@@ -216,10 +213,11 @@ class ProgressThread:
         if self._thread is None:
             return
         self._stop.set()
-        os.write(self._wake_fd, b"x")
+        os.write(self._wake[1], b"x")  # the thread may have ended already: both ends stay open until joined
         self._thread.join()
-        os.close(self._wake_fd)
-        self._wake_fd = -1
+        for fd in self._wake:
+            os.close(fd)
+        self._wake = (-1, -1)
         self._thread = None
         self._comm.Free()
         self._comm = None
