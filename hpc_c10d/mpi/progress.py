@@ -20,7 +20,10 @@ Programs that never receive store traffic never see the change.
 
 While the rank drives MPI itself the thread stays out of its way: ``progress.activity()`` counts
 what the rank started (hpc_c10d points it at its groups' sequence numbers), and a wake-up that
-finds it moved doubles a plain sleep (up to ``BUSY_INTERVAL``) instead of probing. Once the rank
+finds it moved doubles a plain sleep (up to ``BUSY_INTERVAL``) instead of probing, and gives
+Python's switch interval back; data arriving within ``_IN_CALLS`` (5 ms) of the count's last move
+is taken for the rank's own operations and not probed for (without that, the thread probed in a
+loop through every all-reduce of 128 KiB and more: 12-20% slower). Once the rank
 stops calling, the thread goes back to waiting on the descriptors: a store operation aimed at a
 rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
 
@@ -50,6 +53,7 @@ DEFAULT_INTERVAL = 0.002
 BUSY_INTERVAL = 0.064  # longest sleep while the rank keeps calling MPI on its own
 SWITCH_INTERVAL = 1e-4  # the GIL switch interval while store requests arrive
 QUIET = 0.05  # seconds without a request before the switch interval goes back
+_IN_CALLS = 0.005  # a rank whose operation count moved this recently is taken to be in its own calls
 _STUCK = 1000  # wake-ups in a row that leave a descriptor ready: it is not MPI's to drain
 _EVENT_SETS = ("anon_inode:[eventpoll]",)
 
@@ -167,12 +171,14 @@ class ProgressThread:
         for fd in event_descriptors():
             poller.register(fd, select.POLLIN)
             stuck[fd] = 0
-        sleep, seen, last_request = interval, self.activity(), 0.0
+        sleep, seen, last_request, moved_at = interval, self.activity(), 0.0, 0.0
         try:
             while not stop.is_set():
                 started = self.activity()
                 if started != seen:  # the rank is in MPI often enough by itself
-                    seen, sleep = started, min(2 * sleep, BUSY_INTERVAL)
+                    seen, sleep, moved_at = started, min(2 * sleep, BUSY_INTERVAL), time.monotonic()
+                    switch.restore()  # its own calls serve the requests: no need to take the GIL quickly
+                    last_request = 0.0
                     stop.wait(sleep)
                     continue
                 sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
@@ -188,6 +194,9 @@ class ProgressThread:
                     continue
                 if stop.is_set():
                     break
+                if time.monotonic() - moved_at < _IN_CALLS:  # the traffic is the rank's own operations
+                    stop.wait(interval)
+                    continue
                 switch.lower()
                 last_request = time.monotonic()
                 probe(any_source, any_tag)
