@@ -61,6 +61,8 @@ STATE_DIR="${HPC_C10D_SIM_DIR:-/tmp/$PREFIX}"
 CPUS="${HPC_C10D_SIM_CPUS:-8}"
 WAIT_S="${HPC_C10D_SIM_WAIT:-60}"
 SCRIPT="$(readlink -f "${BASH_SOURCE[0]}")"
+# shellcheck source=slurm/slurm_conf.sh
+. "$(dirname "$SCRIPT")/slurm_conf.sh"
 
 HEAD_IP="$SUBNET.254"
 CONF="$STATE_DIR/slurm.conf"
@@ -344,44 +346,8 @@ ClusterName=$CLUSTER
 SlurmctldHost=head($HEAD_IP)
 SlurmctldPort=6817
 SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET,cred_expire=30
-
-StateSaveLocation=$STATE_DIR/ctld
-SlurmdSpoolDir=$STATE_DIR/slurmd/%n
-SlurmctldPidFile=$STATE_DIR/slurmctld.daemon.pid
-SlurmdPidFile=$STATE_DIR/slurmd/%n.daemon.pid
-SlurmctldLogFile=$STATE_DIR/slurmctld.log
-SlurmdLogFile=$STATE_DIR/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-
-# No systemd/cgroups: processes tracked through /proc, no CPU binding.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SwitchType=switch/none
-MpiDefault=pmi2
-
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-
-KillWait=5
-MinJobAge=30
-ReturnToService=2
-JobRequeue=1
-SlurmdTimeout=60
-InactiveLimit=0
-
-SlurmdParameters=config_overrides
 EOF
+        slurm_conf_shared "$STATE_DIR/slurmd/%n" "$STATE_DIR/slurmd/%n.daemon.pid" "$STATE_DIR/slurmd-%n.log"
         for node in $(node_names "$NNODES"); do
             echo "NodeName=$node NodeAddr=$(ip_of "$node") NodeHostname=$node CPUs=$CPUS Sockets=1" \
                  "CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$mem_mb State=UNKNOWN"
