@@ -138,6 +138,40 @@ def test_collectives_tell_the_progress_thread_to_back_off(comm, rank, size):
     np.testing.assert_array_equal(buf, np.full(4, size, np.float32))
 
 
+def test_the_progress_thread_stays_out_of_a_rank_that_keeps_calling_mpi(comm):
+    """While the operation count keeps moving (here every 10 ms, as a rank in a run of
+    all-reduces of several MiB across nodes) the thread does not probe: the rank's own calls
+    drive MPI, and probing beside them cost 15-20% of an 8 MiB all-reduce. Once the count
+    stops, it probes again."""
+    import time
+
+    from mpi4py import MPI
+
+    from hpc_c10d.mpi.progress import ProgressThread
+
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        pytest.skip("MPI did not grant MPI_THREAD_MULTIPLE: no progress thread")
+    own, started = ProgressThread(), [0]
+    own.activity = lambda: started[0]
+    own.join(MPI, MPI.COMM_SELF, 0.002)
+    try:
+        time.sleep(0.1)
+        assert own.probes > 0  # idle rank: the thread ticks
+        started[0] += 1
+        time.sleep(0.01)  # the thread sees the count move
+        before = own.probes
+        for _ in range(30):
+            started[0] += 1
+            time.sleep(0.01)
+        # a sleep stretched past 64 ms on a loaded machine may let a probe through
+        assert own.probes - before <= 5
+        quiet = own.probes
+        time.sleep(0.3)
+        assert own.probes > quiet  # the count stopped: the thread drives MPI again
+    finally:
+        own.leave()
+
+
 def test_stopping_a_progress_thread_that_has_already_ended_is_clean(comm):
     """Stopping races with the thread seeing the stop flag and returning by itself: seen across
     nodes as BrokenPipeError from destroy_process_group, then MPI_Finalize failing on the

@@ -21,11 +21,14 @@ Programs that never receive store traffic never see the change.
 While the rank drives MPI itself the thread stays out of its way: ``progress.activity()`` counts
 what the rank started (hpc_c10d points it at its groups' sequence numbers), and a wake-up that
 finds it moved doubles a plain sleep (up to ``BUSY_INTERVAL``) instead of probing, and gives
-Python's switch interval back; data arriving within ``_IN_CALLS`` (5 ms) of the count's last move
-is taken for the rank's own operations and not probed for (without that, the thread probed in a
-loop through every all-reduce of 128 KiB and more: 12-20% slower). Once the rank
-stops calling, the thread goes back to waiting on the descriptors: a store operation aimed at a
-rank that has just left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
+Python's switch interval back. After a move the rank is taken to be inside its operation for as
+long as the count last took to move (between ``_IN_CALLS`` and ``BUSY_INTERVAL``; only
+``_IN_CALLS`` after a quiet stretch, so a store request that follows a lone barrier is not held
+back): one long all-reduce moves the count once but keeps MPI's descriptors ready throughout,
+and probing beside it cost 15-20% at 8-16 MiB across nodes. A probe that leaves data unread (the
+rank's own transfer) is not repeated before ``interval``. Once the rank stops calling, the
+thread goes back to waiting on the descriptors: a store operation aimed at a rank that has just
+left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
 
 Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns the thread
 off) and ``HPC_C10D_STORE_SWITCH_INTERVAL`` (seconds, default 0.0001; 0 leaves Python's alone).
@@ -53,7 +56,7 @@ DEFAULT_INTERVAL = 0.002
 BUSY_INTERVAL = 0.064  # longest sleep while the rank keeps calling MPI on its own
 SWITCH_INTERVAL = 1e-4  # the GIL switch interval while store requests arrive
 QUIET = 0.05  # seconds without a request before the switch interval goes back
-_IN_CALLS = 0.005  # a rank whose operation count moved this recently is taken to be in its own calls
+_IN_CALLS = 0.005  # how long after a move of the operation count the rank is taken to be in its calls, at least
 _STUCK = 1000  # wake-ups in a row that leave a descriptor ready: it is not MPI's to drain
 _EVENT_SETS = ("anon_inode:[eventpoll]",)
 
@@ -113,6 +116,8 @@ class ProgressThread:
         #: A count that grows while the rank calls MPI by itself: hpc_c10d sets it to the number
         #: of operations started on its groups (read once per wake-up, never on the hot path).
         self.activity: Callable[[], int] = lambda: 0
+        #: How many times the thread has driven MPI's progress engine (a diagnostic).
+        self.probes = 0
         self._users = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -165,21 +170,36 @@ class ProgressThread:
         self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
 
     def _serve(self, interval: float, switch: _Switch, wake_read: int, any_source: int, any_tag: int) -> None:
-        stop, probe = self._stop, self._comm.Iprobe
+        stop, iprobe = self._stop, self._comm.Iprobe
+
+        def probe(source: int, tag: int) -> None:
+            self.probes += 1
+            iprobe(source, tag)
+
         poller, stuck = select.poll(), {}
         poller.register(wake_read, select.POLLIN)
         for fd in event_descriptors():
             poller.register(fd, select.POLLIN)
             stuck[fd] = 0
-        sleep, seen, last_request, moved_at = interval, self.activity(), 0.0, 0.0
+        sleep, seen, last_request, moved_at, gap = interval, self.activity(), 0.0, 0.0, 0.0
         try:
             while not stop.is_set():
-                started = self.activity()
+                started, now = self.activity(), time.monotonic()
                 if started != seen:  # the rank is in MPI often enough by itself
-                    seen, sleep, moved_at = started, min(2 * sleep, BUSY_INTERVAL), time.monotonic()
+                    seen, gap, moved_at = started, now - moved_at, now
+                    sleep = min(2 * sleep, BUSY_INTERVAL)
                     switch.restore()  # its own calls serve the requests: no need to take the GIL quickly
                     last_request = 0.0
+                    stuck.update(dict.fromkeys(stuck, 0))  # its own traffic keeps descriptors ready
                     stop.wait(sleep)
+                    continue
+                # in a run of operations, as long as the count last took to move (seen at most
+                # BUSY_INTERVAL apart, plus a late wake-up); after a quiet stretch (a lone barrier
+                # between two phases of computing), _IN_CALLS
+                window = min(BUSY_INTERVAL, max(_IN_CALLS, gap)) if gap <= 2 * BUSY_INTERVAL else _IN_CALLS
+                in_calls = window - (now - moved_at)
+                if in_calls > 0:  # probably still inside the operation it started, driving MPI itself
+                    stop.wait(in_calls)
                     continue
                 sleep = max(interval, sleep / 2)  # ease back: the rank may only be between calls
                 if not stuck:  # no descriptor to wait on: a timer
@@ -194,13 +214,13 @@ class ProgressThread:
                     continue
                 if stop.is_set():
                     break
-                if time.monotonic() - moved_at < _IN_CALLS:  # the traffic is the rank's own operations
-                    stop.wait(interval)
-                    continue
                 switch.lower()
                 last_request = time.monotonic()
                 probe(any_source, any_tag)
-                self._drop_stuck(poller, stuck, {fd for fd, _ in poller.poll(0)})
+                still_ready = {fd for fd, _ in poller.poll(0)} - {wake_read}
+                self._drop_stuck(poller, stuck, still_ready)
+                if still_ready:  # data the probe did not drain: most likely the rank's own long
+                    stop.wait(interval)  # operation, which it drives itself; do not probe in a loop
         finally:
             switch.restore()
 
