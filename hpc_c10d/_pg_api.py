@@ -60,6 +60,7 @@ class TorchProcessGroupAPI:
     _send: Callable[..., Work]
     _recv: Callable[..., Work]
     _barrier: Callable[..., Work]
+    size: Callable[[], int]
 
     def broadcast(self, tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, BroadcastOptions) else _options(None, BroadcastOptions, rootRank=opts)
@@ -93,8 +94,12 @@ class TorchProcessGroupAPI:
         return combine_works(works, list(outputs))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None) -> Work:
+        """Input j of rank r lands in ``output_lists[r][j]`` (torch's layout: one list per rank)."""
         _options(opts, AllgatherOptions)
-        works = [self._all_gather(o, i, True) for o, i in zip(output_lists, input_list, strict=True)]
+        if len(output_lists) != self.size() or any(len(outs) != len(input_list) for outs in output_lists):
+            raise ValueError(f"all_gather_coalesced: output_tensor_lists must hold one list per rank ({self.size()}), "
+                             f"each with one tensor per input ({len(input_list)})")
+        works = [self._all_gather([outs[j] for outs in output_lists], inp, True) for j, inp in enumerate(input_list)]
         return combine_works(works, list(output_lists))
 
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:

@@ -183,12 +183,8 @@ def all_gather_coalesced(output_tensor_lists: list, input_tensor_list: list,
         return None
     if not isinstance(output_tensor_lists, list) or not isinstance(input_tensor_list, list):
         raise TypeError("Invalid function argument: output_tensor_lists and input_tensor_list should be lists")
-    if len(output_tensor_lists) != pg.size() or any(len(o) != len(input_tensor_list) for o in output_tensor_lists):
-        raise ValueError(f"all_gather_coalesced: output_tensor_lists must hold one list per rank ({pg.size()}), "
-                         f"each with one array per input ({len(input_tensor_list)})")
-    works = [pg._all_gather([outs[j] for outs in output_tensor_lists], inp, True)
-             for j, inp in enumerate(input_tensor_list)]
-    return _wait_or_future(works, output_tensor_lists, async_op)
+    return _wait_or_future([pg.allgather_coalesced(output_tensor_lists, input_tensor_list)], output_tensor_lists,
+                           async_op)
 
 
 def _all_gather_base(output_tensor: Any, input_tensor: Any, group: ProcessGroup | None = None,

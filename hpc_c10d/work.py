@@ -8,10 +8,20 @@ from typing import Any, Callable, Sequence
 
 from .errors import DistBackendError
 
-__all__ = ["Work", "ReceiveWork", "Future", "combine_works"]
+__all__ = ["Work", "ReceiveWork", "Future", "combine_works", "spin"]
 
+_SPIN_S = 2e-4  # a bounded wait tests without sleeping this long first (a sleep costs ~50 us)
 _POLL_START_S = 1e-6
 _POLL_MAX_S = 1e-3
+
+
+def spin(test: Callable[[], bool]) -> bool:
+    """Call ``test`` without sleeping until it returns True or ``_SPIN_S`` has passed; its last answer."""
+    end = time.monotonic() + _SPIN_S
+    while not test():
+        if time.monotonic() > end:
+            return False
+    return True
 
 
 class Future:
@@ -155,6 +165,14 @@ class Work:
         self._complete()
         return True
 
+    def _spin(self) -> bool:
+        """Test without sleeping for up to ``_SPIN_S``; True, and completed, if done by then."""
+        if not self._done:
+            if self._requests and not spin(self._test):
+                return False
+            self._complete()
+        return True
+
     def _test(self) -> bool:
         requests = self._requests
         if len(requests) == 1:
@@ -179,15 +197,16 @@ class Work:
 
     def _wait_until(self, timeout: timedelta | float) -> None:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-        deadline = time.monotonic() + seconds
-        pause = _POLL_START_S
+        now = time.monotonic()
+        deadline, spin_until, pause = now + seconds, now + _SPIN_S, _POLL_START_S
         while self._requests and not self._test():
-            if time.monotonic() > deadline:
-                raise DistBackendError(
-                    f"Work.wait timed out after {seconds:g} s waiting for {self.op_name}"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, _POLL_MAX_S)
+            now = time.monotonic()
+            if now > deadline:
+                raise DistBackendError(f"{self.op_name}: Timed out after {seconds:g} s waiting for the "
+                                       f"other ranks (Work.wait)")
+            if now > spin_until:
+                time.sleep(pause)
+                pause = min(pause * 2, _POLL_MAX_S)
 
     def synchronize(self) -> None:
         """Same as ``wait()`` for CPU work."""

@@ -556,6 +556,21 @@ def test_all_gather_coalesced(world, rank, size):
             assert_same(outputs[r][j], rank_data(s, np.int64, r))
 
 
+def test_process_group_allgather_coalesced_takes_one_list_per_rank(world, rank, size):
+    """The torch-style method on a group: output_lists[rank][tensor], and a clear error for
+    lists of another shape, before anything is sent."""
+    inputs = [np.full(2, 10 * j + rank, np.int64) for j in range(size)]
+    outputs = [[np.zeros(2, np.int64) for _ in inputs] for _ in range(size)]
+    world.allgather_coalesced(outputs, inputs).wait()
+    for r in range(size):
+        for j in range(size):
+            assert_same(outputs[r][j], np.full(2, 10 * j + r, np.int64))
+    with pytest.raises(ValueError, match="one list per rank"):
+        world.allgather_coalesced(outputs[:1] + outputs, inputs)
+    with pytest.raises(ValueError, match="one tensor per input"):
+        world.allgather_coalesced([outs + outs for outs in outputs], inputs)
+
+
 def test_all_gather_base(world, rank, size):
     out = np.zeros((2 * size, 3))
     with _deprecation_warned():

@@ -100,6 +100,21 @@ def test_all_gather_list_and_tensor():
     assert torch.equal(flat, torch.cat([contribution(r, dtype=torch.float16) for r in range(_size())]))
 
 
+@pytest.mark.parametrize("async_op", [False, True])
+def test_all_gather_coalesced_lays_out_one_list_per_rank(async_op):
+    """torch's layout is output_tensor_lists[rank][tensor]; with as many same-shaped tensors as
+    ranks a transposed result would raise nothing."""
+    inputs = [torch.full((2,), 10 * j + _rank(), dtype=torch.int64) for j in range(_size())]
+    outputs = [[torch.zeros(2, dtype=torch.int64) for _ in inputs] for _ in range(_size())]
+    with pytest.warns(FutureWarning):
+        done = tdist.all_gather_coalesced(outputs, inputs, async_op=async_op)
+    if async_op:
+        done.wait()
+    for r in range(_size()):
+        for j in range(_size()):
+            assert torch.equal(outputs[r][j], torch.full((2,), 10 * j + r, dtype=torch.int64)), (r, j)
+
+
 def test_all_gather_into_tensor_with_input_inside_output():
     """FSDP2's pattern: the input is this rank's block of the output buffer."""
     n = 4
@@ -239,3 +254,67 @@ def test_cuda_is_claimed_only_with_the_gpu_extras():
     has_cupy = importlib.util.find_spec("cupy") is not None
     assert devices() == (["cpu", "cuda"] if has_cupy else ["cpu"])
     assert tdist.Backend.backend_capability["hpc"] == devices()
+
+
+def test_a_blocking_operation_past_its_timeout_raises_on_the_rank_that_waits():
+    """As with torch's gloo: rank 0 alone enters a barrier of a group whose timeout is 1 s and
+    gets torch's DistBackendError ("Timed out") instead of waiting for ever; an async operation's
+    wait() keeps to the group's timeout too. The other ranks go on."""
+    if _size() < 2:
+        pytest.skip("needs a second rank that stays away")
+    group = tdist.new_group(timeout=datetime.timedelta(seconds=1))
+    if _rank() == 0:
+        with pytest.raises(tdist.DistBackendError, match="barrier in group .*: Timed out "):
+            tdist.barrier(group)
+        work = tdist.all_reduce(torch.ones(1), group=group, async_op=True)
+        with pytest.raises(tdist.DistBackendError, match=" Timed out "):
+            work.wait()
+    tdist.barrier()
+    tdist.destroy_process_group(group)
+
+
+def test_torch_finds_the_backend_for_each_device_it_serves():
+    """torch's Python side asks the group for its backend per device (timeouts, eager init,
+    object collectives' device); its C++ side asks for the backend's name (DDP's logger)."""
+    from hpc_c10d.torch._registration import devices
+
+    world = tdist.group.WORLD
+    assert [d.type for d in world._device_types] == devices()
+    assert world._get_backend(torch.device("cpu")).name() == "hpc"
+    with pytest.raises(RuntimeError, match="No backend type associated with device type xpu"):
+        world._get_backend(torch.device("xpu"))
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2))
+    model(torch.ones(4, 3)).sum().backward()
+    assert model._get_ddp_logging_data()["backend_name"] == "hpc"
+
+
+def _sparse_contribution(rank, dtype, empty_on_rank0=False):
+    """Rank r's COO tensor of shape (2, size + 1, 3) (one dense dimension): entries r and r + 1 of
+    row r % 2, each a row of three (r + 1)s; ranks overlap, so the sum must coalesce."""
+    if empty_on_rank0 and rank == 0:
+        return torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros((0, 3), dtype=dtype),
+                                       (2, _size() + 1, 3))
+    indices = torch.tensor([[rank % 2, rank % 2], [rank, rank + 1]])
+    return torch.sparse_coo_tensor(indices, torch.full((2, 3), rank + 1, dtype=dtype), (2, _size() + 1, 3))
+
+
+@pytest.mark.parametrize("empty_on_rank0", [False, True], ids=["every-rank", "rank0-empty"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bfloat16], ids=str)
+def test_sparse_all_reduce_sums_every_ranks_nonzeros(dtype, empty_on_rank0):
+    """As torch's gloo: the sum of COO tensors, coalesced, its nonzeros the union of the ranks'."""
+    t = _sparse_contribution(_rank(), dtype, empty_on_rank0)
+    tdist.all_reduce(t)
+    assert t.is_sparse and t.is_coalesced()
+    expected = sum(_sparse_contribution(r, dtype, empty_on_rank0).to_dense() for r in range(_size()))
+    torch.testing.assert_close(t.to_dense(), expected)
+
+
+def test_sparse_all_reduce_refuses_what_it_cannot_sum_on_every_rank():
+    with pytest.raises(RuntimeError, match="SUM only"):
+        tdist.all_reduce(_sparse_contribution(_rank(), torch.float32), op=ReduceOp.MAX)
+    shape = (2, _size() + 1 + (_rank() == 0), 3)  # rank 0's is bigger
+    odd = torch.sparse_coo_tensor(torch.zeros((3, 0), dtype=torch.int64), torch.zeros(0), shape)
+    if _size() > 1:
+        with pytest.raises(ValueError, match="same shape"):
+            tdist.all_reduce(odd)
+    tdist.barrier()  # everyone is still in step

@@ -13,7 +13,7 @@ from ..arrays import bfloat16
 from ..mpi.ops import Reduction, reduction
 from ..reduce_op import RedOpType, _make_nccl_premul_sum
 
-__all__ = ["to_hpc_op", "lean_reduction", "cpu_buffer", "as_view", "as_views"]
+__all__ = ["to_hpc_op", "lean_reduction", "cpu_buffer", "as_view", "as_views", "dtype_code"]
 
 _TORCH_OPS = {getattr(dist.ReduceOp.RedOpType, op.name): op for op in RedOpType}
 
@@ -25,6 +25,14 @@ _NUMPY_DTYPES = {
     torch.float64: np.dtype(np.float64), torch.complex64: np.dtype(np.complex64),
     torch.complex128: np.dtype(np.complex128),
 }
+
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(_NUMPY_DTYPES)}
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """A number for ``dtype`` that is the same in every process (-1 for one numpy has no match for)."""
+    return _DTYPE_CODES.get(dtype, -1)
+
 
 _fromaddress = MPI.buffer.fromaddress
 

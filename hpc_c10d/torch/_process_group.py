@@ -10,6 +10,7 @@ that layer: an all-reduce of one contiguous CPU tensor with a plain op goes stra
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from typing import Any, Sequence
 
 import torch
@@ -22,15 +23,18 @@ from torch._C._distributed_c10d import (
 
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
-from ..work import Work, combine_works
+from ..work import Work, combine_works, spin
 from ._ops import as_view, as_views, cpu_buffer, lean_reduction, to_hpc_op
 from ._registration import BACKEND_NAME, devices
 from ._rendezvous import close_stores
-from ._work import TorchWork
+from ._sparse import all_reduce_sparse
+from ._work import TorchWork, wait_within
 
 __all__ = ["ProcessGroupHPC"]
 
 _IN_PLACE = MPI.IN_PLACE
+_NO_TIME = timedelta(0)  # torch's options carry -1 ms for "the group's timeout"
+_SUM = dist.ReduceOp.RedOpType.SUM
 # Defaults for callers that pass no options; never mutated here.
 _ALLREDUCE = AllreduceOptions()
 _ALLREDUCE_COALESCED = AllreduceCoalescedOptions()
@@ -88,6 +92,24 @@ class ProcessGroupHPC(dist.ProcessGroup):
         return BACKEND_NAME
 
     _get_backend_name = name
+    getBackendName = name  # noqa: N815 - what torch's C++ side (DDP's logger) asks a Python group
+
+    # ---- the per-device backend torch's Python code asks for (this group serves every device) --
+    supports_splitting = supports_coalescing = supports_time_estimate = False
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        return [torch.device(d) for d in devices()]
+
+    def _get_backend(self, device: torch.device) -> ProcessGroupHPC:
+        """This group itself for a device type it serves; torch's error for any other."""
+        kind = torch.device(device).type
+        if kind not in devices():
+            raise RuntimeError(f"No backend type associated with device type {kind}")
+        return self
+
+    def _set_default_timeout(self, timeout: timedelta) -> None:
+        self._inner._timeout = timeout
 
     group_name = property(lambda self: self._inner.group_name, doc="The name torch registered the group under.")
     group_desc = property(lambda self: self._inner.group_desc, doc="torch's description of the group.")
@@ -112,51 +134,58 @@ class ProcessGroupHPC(dist.ProcessGroup):
         if len(tensors) == 1:
             tensor = tensors[0]
             red = lean_reduction(opts.reduceOp, tensor.dtype)
-            if red is not None and tensor.is_cpu and tensor.is_contiguous():
-                recv = (cpu_buffer(tensor), red.datatype)
-                if opts.asyncOp:
-                    request = self._comm.Iallreduce(_IN_PLACE, recv, red.op)
-                    return TorchWork(Work([request], tensors, None, tensor), tensors)
-                self._comm.Allreduce(_IN_PLACE, recv, red.op)
+            if red is not None and tensor.is_cpu and not tensor.is_sparse and tensor.is_contiguous():
+                request = self._comm.Iallreduce(_IN_PLACE, (cpu_buffer(tensor), red.datatype), red.op)
+                # a small one is mostly done at once or within microseconds: no Work to make then
+                if opts.asyncOp or not (request.Test() or spin(request.Test)):
+                    return self._started(Work([request], tensors, None, tensor), tensors, opts, "allreduce")
                 return TorchWork(None, tensors)
-        work = self._inner._all_reduce(_tensor(tensors, "allreduce"), to_hpc_op(opts.reduceOp), opts.asyncOp)
-        return TorchWork(work, tensors)
+            if tensor.is_sparse:
+                return self._all_reduce_sparse(tensor, opts)
+        work = self._inner._all_reduce(_tensor(tensors, "allreduce"), to_hpc_op(opts.reduceOp), True)
+        return self._started(work, tensors, opts, "allreduce")
+
+    def _all_reduce_sparse(self, tensor: torch.Tensor, opts: Any) -> TorchWork:
+        if opts.reduceOp.op != _SUM:
+            raise RuntimeError(f"allreduce of a sparse tensor supports ReduceOp.SUM only, got {opts.reduceOp.op}")
+        all_reduce_sparse(self._comm, tensor, self._limit(opts), f"allreduce (sparse) in group {self.group_name!r}")
+        return TorchWork(None, [tensor])
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = _ALLREDUCE_COALESCED) -> TorchWork:
         """All-reduce each tensor in place."""
         op = to_hpc_op(opts.reduceOp)
-        return self._coalesced([self._inner._all_reduce(as_view(t), op, True) for t in tensors], tensors, opts)
+        works = [self._inner._all_reduce(as_view(t), op, True) for t in tensors]
+        return self._coalesced(works, tensors, opts, "allreduce_coalesced")
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = _BROADCAST) -> TorchWork:
         """Broadcast one tensor from group rank ``opts.rootRank``."""
         root = _root_tensor(opts, "broadcast")
-        work = self._inner._broadcast(_tensor(tensors, "broadcast"), root, opts.asyncOp)
-        return TorchWork(work, tensors)
+        work = self._inner._broadcast(_tensor(tensors, "broadcast"), root, True)
+        return self._started(work, tensors, opts, "broadcast")
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = _REDUCE) -> TorchWork:
         """Reduce one tensor onto group rank ``opts.rootRank``."""
         root = _root_tensor(opts, "reduce")
-        work = self._inner._reduce(_tensor(tensors, "reduce"), root, to_hpc_op(opts.reduceOp), opts.asyncOp)
-        return TorchWork(work, tensors)
+        work = self._inner._reduce(_tensor(tensors, "reduce"), root, to_hpc_op(opts.reduceOp), True)
+        return self._started(work, tensors, opts, "reduce")
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into a list on every rank."""
         outputs = _list(output_tensors, "allgather")
-        work = self._inner._all_gather(outputs, _tensor(input_tensors, "allgather"), opts.asyncOp)
-        return TorchWork(work, output_tensors)
+        work = self._inner._all_gather(outputs, _tensor(input_tensors, "allgather"), True)
+        return self._started(work, output_tensors, opts, "allgather")
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                             opts: Any = _ALLGATHER) -> TorchWork:
-        """``allgather`` of each input tensor into its own output list."""
-        pairs = self._pairs(output_lists, input_tensors, "allgather_coalesced")
-        works = [self._inner._all_gather(as_views(o), as_view(i), True) for o, i in pairs]
-        return self._coalesced(works, output_lists, opts)
+        """Gather input j of every rank r into ``output_lists[r][j]``."""
+        work = self._inner.allgather_coalesced([as_views(outs) for outs in output_lists], as_views(input_tensors))
+        return self._started(work, output_lists, opts, "allgather_coalesced")
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into one output tensor (input may be this rank's block of it)."""
-        work = self._inner._all_gather_into_tensor(as_view(output), as_view(input), opts.asyncOp)
-        return TorchWork(work, [output])
+        return self._started(self._inner._all_gather_into_tensor(as_view(output), as_view(input), True), [output],
+                             opts, "allgather_into_tensor")
 
     all_gather_single = _allgather_base
 
@@ -165,7 +194,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """``_allgather_base`` for each (output, input) pair."""
         pairs = self._pairs(outputs, inputs, "allgather_into_tensor_coalesced")
         works = [self._inner._all_gather_into_tensor(as_view(o), as_view(i), True) for o, i in pairs]
-        return self._coalesced(works, outputs, opts)
+        return self._coalesced(works, outputs, opts, "allgather_into_tensor_coalesced")
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -173,30 +202,29 @@ class ProcessGroupHPC(dist.ProcessGroup):
                opts: Any = _GATHER) -> TorchWork:
         """Gather every rank's tensor into a list on group rank ``opts.rootRank``."""
         outputs = _list(output_tensors, "gather") if output_tensors else None
-        work = self._inner._gather(_tensor(input_tensors, "gather"), outputs, opts.rootRank, opts.asyncOp)
-        return TorchWork(work, output_tensors)
+        work = self._inner._gather(_tensor(input_tensors, "gather"), outputs, opts.rootRank, True)
+        return self._started(work, output_tensors, opts, "gather")
 
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = _SCATTER) -> TorchWork:
         """Scatter a list from group rank ``opts.rootRank``, one tensor per rank."""
         inputs = _list(input_tensors, "scatter") if input_tensors else None
-        work = self._inner._scatter(_tensor(output_tensors, "scatter"), inputs, opts.rootRank, opts.asyncOp)
-        return TorchWork(work, output_tensors)
+        work = self._inner._scatter(_tensor(output_tensors, "scatter"), inputs, opts.rootRank, True)
+        return self._started(work, output_tensors, opts, "scatter")
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce a list of tensors, one per rank, and give each rank its own."""
         output = _tensor(output_tensors, "reduce_scatter")
         work = self._inner._reduce_scatter(output, _list(input_tensors, "reduce_scatter"),
-                                           to_hpc_op(opts.reduceOp), opts.asyncOp)
-        return TorchWork(work, output_tensors)
+                                           to_hpc_op(opts.reduceOp), True)
+        return self._started(work, output_tensors, opts, "reduce_scatter")
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce one tensor over the group and give each rank its block."""
-        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp),
-                                                  opts.asyncOp)
-        return TorchWork(work, [output])
+        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp), True)
+        return self._started(work, [output], opts, "reduce_scatter_tensor")
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -206,7 +234,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         op = to_hpc_op(opts.reduceOp)
         pairs = self._pairs(outputs, inputs, "reduce_scatter_tensor_coalesced")
         works = [self._inner._reduce_scatter_tensor(as_view(o), as_view(i), op, True) for o, i in pairs]
-        return self._coalesced(works, outputs, opts)
+        return self._coalesced(works, outputs, opts, "reduce_scatter_tensor_coalesced")
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -214,33 +242,33 @@ class ProcessGroupHPC(dist.ProcessGroup):
                       input_split_sizes: list[int], opts: Any = _ALLTOALL) -> TorchWork:
         """Exchange blocks of one tensor (split along dim 0) with every rank."""
         work = self._inner._all_to_all_single(as_view(output), as_view(input), output_split_sizes, input_split_sizes,
-                                              opts.asyncOp)
-        return TorchWork(work, [output])
+                                              True)
+        return self._started(work, [output], opts, "all_to_all_single")
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts: Any = _ALLTOALL) -> TorchWork:
         """Send ``input_tensors[i]`` to rank i and receive ``output_tensors[i]`` from it."""
-        work = self._inner._all_to_all(as_views(output_tensors), as_views(input_tensors), opts.asyncOp)
-        return TorchWork(work, output_tensors)
+        work = self._inner._all_to_all(as_views(output_tensors), as_views(input_tensors), True)
+        return self._started(work, output_tensors, opts, "alltoall")
 
     def barrier(self, opts: Any = _BARRIER) -> TorchWork:
         """Wait until every rank of the group arrives."""
-        return TorchWork(self._inner._barrier(opts.asyncOp), [])
+        return self._started(self._inner._barrier(True), [], opts, "barrier")
 
     # ---- point to point (always nonblocking, as torch's backends are) -------------------------
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> TorchWork:  # noqa: N803 - torch's names
         """Start sending one tensor to group rank ``dstRank``."""
-        return TorchWork(self._inner._send(_tensor(tensors, "send"), dstRank, tag, True), tensors)
+        return self._p2p(self._inner._send(_tensor(tensors, "send"), dstRank, tag, True), tensors)
 
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> TorchWork:  # noqa: N803
         """Start receiving one tensor from group rank ``srcRank``."""
-        return TorchWork(self._inner._recv(_tensor(tensors, "recv"), srcRank, tag, True), tensors)
+        return self._p2p(self._inner._recv(_tensor(tensors, "recv"), srcRank, tag, True), tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> TorchWork:
         """Start receiving one tensor from whichever rank sends first (``_source_rank()`` says which)."""
-        return TorchWork(self._inner._recv(_tensor(tensors, "recv"), None, tag, True), tensors)
+        return self._p2p(self._inner._recv(_tensor(tensors, "recv"), None, tag, True), tensors)
 
     # ---- lifetime --------------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -260,11 +288,33 @@ class ProcessGroupHPC(dist.ProcessGroup):
             raise ValueError(f"{name}: {len(outputs)} outputs for {len(inputs)} inputs")
         return list(zip(outputs, inputs))
 
-    @staticmethod
-    def _coalesced(works: list, outputs: list, opts: Any) -> TorchWork:
-        work = combine_works(works, outputs)
-        if not opts.asyncOp:
+    def _p2p(self, work: Work, tensors: list) -> TorchWork:
+        return TorchWork(work, tensors, self._group_timeout if work._mpi_requests else None)
+
+    def _group_timeout(self) -> timedelta:
+        return self._inner._timeout
+
+    def _coalesced(self, works: list, outputs: list, opts: Any, name: str) -> TorchWork:
+        return self._started(combine_works(works, outputs), outputs, opts, name)
+
+    def _limit(self, opts: Any) -> timedelta:
+        """How long a CPU operation may wait: the options' timeout, else the group's."""
+        return opts.timeout if opts.timeout >= _NO_TIME else self._inner._timeout
+
+    def _started(self, work: Work, outputs: list, opts: Any, name: str) -> TorchWork:
+        """torch's handle for an operation started nonblocking.
+
+        On MPI (CPU tensors) a blocking call waits here, at most the options' timeout or else the
+        group's, then raises DistBackendError ("Timed out"), as torch's gloo does (a blocking MPI
+        call could not be left); the group may be unusable after. On the GPU a blocking call
+        orders the caller's stream after the operation, without a host wait, as torch's NCCL does.
+        The timeout is read only for a wait that outlasts a short spin (reading it costs ~1 us).
+        """
+        if opts.asyncOp:
+            return TorchWork(work, outputs, partial(self._limit, opts) if work._mpi_requests else None)
+        if not work._mpi_requests:
             work.wait()
-            return TorchWork(None, outputs)
-        return TorchWork(work, outputs)
+        elif not work._spin():
+            wait_within(work, self._limit(opts), f"{name} in group {self.group_name!r}")
+        return TorchWork(None, outputs)
 

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["TorchWork"]
+from ..errors import DistBackendError
+
+__all__ = ["TorchWork", "wait_within"]
 
 _NO_TIMEOUT = timedelta(0)
+
+
+def wait_within(work: Any, limit: timedelta | None, what: str) -> None:
+    """Wait for hpc_c10d ``work``, at most ``limit`` (None: GPU work, which orders the caller's
+    stream); past it raise torch's DistBackendError ("Timed out"), as torch's gloo does."""
+    try:
+        work.wait(limit)
+    except DistBackendError as timed_out:
+        raise dist.DistBackendError(f"{what}: Timed out after {limit} waiting for the other ranks; the group "
+                                    f"may be unusable now") from timed_out
 
 
 class TorchWork(dist.Work):
@@ -22,15 +34,18 @@ class TorchWork(dist.Work):
     without calling back into Python, and an incomplete one would never finish.
     """
 
-    def __init__(self, pending: Any, outputs: list) -> None:
+    def __init__(self, pending: Any, outputs: list, limit: Callable[[], timedelta] | None = None) -> None:
         super().__init__()
         self._pending = pending
         self._outputs = outputs
+        self._limit = limit  # the operation's timeout, asked only when a wait needs it (MPI work)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
-        """Block until the operation finishes; a nonzero ``timeout`` raises DistBackendError past it."""
+        """Block until the operation finishes; past ``timeout`` (if nonzero) or else the operation's
+        (MPI work: GPU work orders the caller's stream), raise DistBackendError, as torch's gloo does."""
         if self._pending is not None:
-            self._pending.wait(timeout if timeout else None)
+            limit = self._limit() if self._limit is not None else None
+            wait_within(self._pending, timeout if timeout else limit, "Work.wait")
         return True
 
     def is_completed(self) -> bool:
