@@ -16,7 +16,7 @@ _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
 def extra_requirements(extra: str) -> list[str]:
-    """The requirements (``"torch<2.14,>=2.13"``) that the extra ``extra`` adds; [] if unknown."""
+    """The requirements (``"torch<2.16,>=2.11"``) that the extra ``extra`` adds; [] if unknown."""
     try:
         requires = metadata.requires(_DISTRIBUTION) or []
     except metadata.PackageNotFoundError:

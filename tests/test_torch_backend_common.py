@@ -6,7 +6,7 @@ the whole session; MPIStore's exit hook frees the rendezvous store.
 """
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'torch>=2.13,<2.14')")
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'torch>=2.11,<2.16')")
 tdist = pytest.importorskip("torch.distributed")
 
 from hpc_c10d.torch import BACKEND_NAME, register  # noqa: E402

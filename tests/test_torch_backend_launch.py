@@ -12,7 +12,7 @@ import pytest
 from _launch import ROOT, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem, slurm_required
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                reason="torch is not installed (pip install 'torch>=2.13,<2.14')")
+                                reason="torch is not installed (pip install 'torch>=2.11,<2.16')")
 
 SCRIPT = os.path.join(ROOT, "tests", "programs", "torch_unmodified_ddp.py")
 # what a torchrun or a hand-written job script would set; the unmodified script needs none of it
@@ -36,8 +36,9 @@ def test_import_torch_registers_the_backend_without_starting_mpi():
 def test_version_check_names_the_supported_range():
     from hpc_c10d.torch._version import SUPPORTED_TORCH, torch_version_problem
 
-    assert torch_version_problem("2.13.0+cpu") == "" and torch_version_problem("2.13.1") == ""
-    for old_or_new in ("2.12.1", "2.14.0", "3.0.0", "nightly"):
+    for supported in ("2.11.0", "2.12.1", "2.13.0+cpu", "2.14.1", "2.15.0+cu132"):
+        assert torch_version_problem(supported) == "", supported
+    for old_or_new in ("2.10.0", "2.16.0", "3.0.0", "nightly"):
         problem = torch_version_problem(old_or_new)
         assert SUPPORTED_TORCH in problem and old_or_new in problem and "pip install" in problem
 

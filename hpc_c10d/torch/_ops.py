@@ -40,8 +40,8 @@ _fromaddress = MPI.buffer.fromaddress
 def to_hpc_op(op: Any) -> Any:
     """Return hpc_c10d's op for a torch ``ReduceOp`` (PREMUL_SUM keeps its factor)."""
     kind = _TORCH_OPS[op.op]
-    if kind is RedOpType.PREMUL_SUM:
-        return _make_nccl_premul_sum(op.factor)
+    if kind is RedOpType.PREMUL_SUM:  # torch < 2.13 has no ``factor``: its pickled state holds it
+        return _make_nccl_premul_sum(op.factor if hasattr(op, "factor") else op.__getstate__()[1])
     return kind
 
 

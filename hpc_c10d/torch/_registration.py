@@ -39,6 +39,12 @@ def register() -> None:
     """
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
+    # torch 2.15 hooks its flight recorder onto the C++ group of each backend that does not record
+    # its own operations; ours has no C++ side, and hpc_c10d keeps its own flight recorder
+    self_recording = getattr(importlib.import_module("torch.distributed.distributed_c10d"),
+                             "_FR_SELF_RECORDING_BACKENDS", None)
+    if self_recording is not None:
+        self_recording.add(BACKEND_NAME)
     rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the package's name is a function
     handlers = rendezvous._rendezvous_handlers
     if SCHEME not in handlers:

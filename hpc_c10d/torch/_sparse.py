@@ -30,10 +30,16 @@ def _gather(comm: Any, mine: np.ndarray, limit: timedelta | None, what: str) -> 
     return rows
 
 
-def _gather_bytes(comm: Any, mine: torch.Tensor, counts: np.ndarray, limit: timedelta | None,
+def _as_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's elements in row-major order, as a flat byte array (a copy only where not contiguous)."""
+    if not tensor.numel():
+        return np.empty(0, np.uint8)
+    return tensor.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _gather_bytes(comm: Any, send: np.ndarray, counts: np.ndarray, limit: timedelta | None,
                   what: str) -> np.ndarray:
-    """Every rank's contiguous tensor as bytes, concatenated in rank order (``counts`` bytes each)."""
-    send = mine.contiguous().view(torch.uint8).numpy() if mine.numel() else np.empty(0, np.uint8)
+    """Every rank's bytes, concatenated in rank order (``counts`` bytes each)."""
     received = np.empty(int(counts.sum()), np.uint8)
     request = comm.Iallgatherv(send, (received, (counts, None), MPI.BYTE))
     wait_within(Work([request], [], None, None), limit, what)
@@ -49,8 +55,9 @@ def all_reduce_sparse(comm: Any, tensor: torch.Tensor, limit: timedelta | None, 
         tensor.copy_(on_host)
         return
     local = tensor.coalesce()
-    indices = local.indices().t()  # (nonzeros, sparse dims)
     values = local.values()  # (nonzeros, *dense shape)
+    index_bytes = _as_bytes(local.indices().t())  # (nonzeros, sparse dims): a nonzero's indices together
+    value_bytes = _as_bytes(values)  # everything that can fail here, before the first exchange
     header = np.array([local._nnz(), tensor.sparse_dim(), tensor.dense_dim(), dtype_code(tensor.dtype)], np.int64)
     headers = _gather(comm, header, limit, what)
     if (headers[:, 1:] != header[1:]).any():
@@ -61,8 +68,8 @@ def all_reduce_sparse(comm: Any, tensor: torch.Tensor, limit: timedelta | None, 
         raise ValueError(f"{what}: every rank's sparse tensor must have the same shape (got {shapes.tolist()})")
     nonzeros = headers[:, 0]
     row = math.prod(values.shape[1:]) * values.element_size()
-    all_indices = _gather_bytes(comm, indices, nonzeros * indices.size(1) * 8, limit, what)
-    all_values = _gather_bytes(comm, values, nonzeros * row, limit, what)
+    all_indices = _gather_bytes(comm, index_bytes, nonzeros * tensor.sparse_dim() * 8, limit, what)
+    all_values = _gather_bytes(comm, value_bytes, nonzeros * row, limit, what)
     total = int(nonzeros.sum())
     if total == 0:  # nothing anywhere: the sum is empty too
         tensor.copy_(local)

@@ -9,9 +9,9 @@ from .._extras import install_hint
 __all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch"]
 
 #: torch releases the plugin is tested with (the C++ hooks it overrides change between releases).
-SUPPORTED_TORCH = ">=2.13,<2.14"
-_OLDEST = (2, 13)
-_FIRST_UNSUPPORTED = (2, 14)
+SUPPORTED_TORCH = ">=2.11,<2.16"
+_OLDEST = (2, 11)
+_FIRST_UNSUPPORTED = (2, 16)
 
 
 def _release(version: str) -> tuple[int, int] | None:

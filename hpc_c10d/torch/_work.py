@@ -21,8 +21,9 @@ def wait_within(work: Any, limit: timedelta | None, what: str) -> None:
     try:
         work.wait(limit)
     except DistBackendError as timed_out:
-        raise dist.DistBackendError(f"{what}: Timed out after {limit} waiting for the other ranks; the group "
-                                    f"may be unusable now") from timed_out
+        waited = round(limit.total_seconds() * 1000) if limit is not None else 0
+        raise dist.DistBackendError(f"{what}: Timed out waiting {waited}ms for the other ranks; "
+                                    f"the group may be unusable now") from timed_out
 
 
 class TorchWork(dist.Work):
