@@ -40,3 +40,14 @@ def test_without_nccl_info_gives_pip_commands_that_run_as_written(monkeypatch):
     found = info.nccl_library()
     assert install_hint("cuda13") in found and install_hint("cuda12") in found
     assert "hpc-c10d[" not in found
+
+
+def test_the_mpi_library_line_is_printable_text():
+    """Open MPI's version string ends in a NUL byte, which made `info | grep` call its output binary."""
+    from mpi4py import MPI
+
+    from hpc_c10d.mpi.bootstrap import library_version
+
+    line = library_version()
+    assert line and line.isprintable()
+    assert line in MPI.Get_library_version().replace("\x00", "")

@@ -17,12 +17,7 @@ def world():
     return torch_world()
 
 
-def _rank():
-    return tdist.get_rank()
-
-
-def _size():
-    return tdist.get_world_size()
+_rank, _size = tdist.get_rank, tdist.get_world_size
 
 
 def _weights_total():

@@ -156,9 +156,10 @@ def main(argv=None):
     counts = {kind: sum(1 for outcome, _ in outcomes.values() if outcome == kind)
               for kind in ("passed", "failed", "skipped", "hung", "crashed", "not run")}
     expected = sum(1 for name in EXPECTED_FAILURES if outcomes.get(name, ("",))[0] not in ("passed", "skipped", ""))
-    print(f"torch suite (backend {args.group}, {args.ranks} ranks, tests gated as {args.gate}): {counts['passed']} passed, "
-          f"{counts['failed']} failed ({expected} expected), {counts['skipped']} skipped, {counts['hung']} hung, "
-          f"{counts['crashed']} crashed, {counts['not run']} not run in {time.monotonic() - started:.0f} s")
+    print(f"torch suite (backend {args.group}, {args.ranks} ranks, tests gated as {args.gate}): "
+          f"{counts['passed']} passed, {counts['failed']} failed ({expected} expected), {counts['skipped']} skipped, "
+          f"{counts['hung']} hung, {counts['crashed']} crashed, {counts['not run']} not run "
+          f"in {time.monotonic() - started:.0f} s")
     return 1 if unexpected or fixed else 0
 
 

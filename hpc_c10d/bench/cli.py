@@ -35,9 +35,9 @@ def _meta(args: argparse.Namespace, ranks: int, notes: dict[str, str]) -> dict[s
             "numpy": np.__version__, "hpc_c10d": __version__, "notes": notes,
             "torch": getattr(sys.modules.get("torch"), "__version__", None)}
     if "mpi4py.MPI" in sys.modules:
-        from mpi4py import MPI
+        from ..mpi.bootstrap import library_version
 
-        meta["mpi_library"] = MPI.Get_library_version().strip().splitlines()[0]
+        meta["mpi_library"] = library_version()
     return meta
 
 

@@ -46,6 +46,6 @@ def node_local_comm(comm: Any) -> Any:
 
 
 def library_version() -> str:
-    """Return the first line of the MPI library's version string."""
+    """Return the first line of the MPI library's version string (Open MPI's ends in a NUL byte)."""
     MPI = _mpi()
-    return MPI.Get_library_version().strip().splitlines()[0]
+    return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]

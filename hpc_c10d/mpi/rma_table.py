@@ -161,6 +161,9 @@ class ShardedTable:
         self._heap = -(-(_SLOTS + self._nslots * _SLOT) // 64) * 64
         self.lock_timeout = 300.0
         self._win = MPI.Win.Allocate(self._heap + capacity, 1, comm=comm)
+        # errors raise, as on hpc_c10d's communicators (mpi4py's rc.errors may make them fatal),
+        # so that probing with Shared_query where MPI does not share the window is not an abort
+        self._win.Set_errhandler(MPI.ERRORS_RETURN)
         meta = np.frombuffer(self._win.tomemory(), np.uint8, self._heap)
         if meta.any():  # fresh pages are usually zero already; writing would touch them all
             meta[:] = 0

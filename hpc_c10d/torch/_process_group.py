@@ -25,7 +25,7 @@ from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
 from ..work import Work, combine_works, spin
 from ._ops import as_view, as_views, cpu_buffer, lean_reduction, to_hpc_op
-from ._registration import BACKEND_NAME, devices
+from ._devices import BACKEND_NAME, devices
 from ._rendezvous import close_stores
 from ._sparse import all_reduce_sparse
 from ._work import TorchWork, wait_within

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 import torch.distributed as dist
 
+from ._devices import BACKEND_NAME, devices
 from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
 
 __all__ = ["BACKEND_NAME", "register", "devices"]
-
-BACKEND_NAME = "hpc"
-
-
-def devices() -> list[str]:
-    """The device types backend ``"hpc"`` serves: CPU, and CUDA where the GPU extras (CuPy, with
-    NCCL beside it) are installed. Checked without loading either: this runs at ``import torch``."""
-    return ["cpu", "cuda"] if importlib.util.find_spec("cupy") is not None else ["cpu"]
 
 
 def _create(options: Any, backend_options: Any) -> Any:
