@@ -115,6 +115,8 @@ def _launcher(env: Mapping[str, str]) -> tuple[str, str | None, str | None, str 
         if rank in env:
             if name == "mpich-hydra" and "MPI_LOCALRANKID" not in env and "SLURM_STEP_ID" in env:
                 continue  # PMI_RANK from srun's own PMI-2 plugin, not from Hydra
+            if name == "pmix" and env.get("PMIX_NAMESPACE", "").startswith("slurm."):
+                continue  # PMIX_RANK from srun's own PMIx plugin (--mpi=pmix), not from a PMIx launcher
             if name == "slurm" and "SLURM_STEP_ID" not in env:
                 return "sbatch-script", None, None, None  # the batch shell: one process, no task of a step
             if name == "slurm":

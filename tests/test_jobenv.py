@@ -12,6 +12,11 @@ SRUN_TASK = {  # srun -n 4 --mpi=pmi2 on two nodes, task 2
     "SLURM_CPUS_PER_TASK": "8", "SLURM_GPUS_PER_TASK": "1", "CUDA_VISIBLE_DEVICES": "0",
     "PMI_RANK": "2", "PMI_SIZE": "4", "PMI_FD": "5", "PMI_JOBID": "41.0", "SLURM_MPI_TYPE": "pmi2",
 }
+SRUN_PMIX_TASK = {  # srun -n 2 --mpi=pmix (SLURM 22.05 with libpmix 4, Open MPI 5's wheel), task 1
+    "SLURM_JOB_ID": "25", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
+    "SLURM_JOB_NODELIST": "vm", "SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_MPI_TYPE": "pmix", "PMIX_RANK": "1", "PMIX_NAMESPACE": "slurm.pmix.25.0",
+}
 HYDRA_IN_SALLOC = {  # salloc -n 3 mpiexec -n 3, rank 1: the SLURM task variables describe Hydra's proxy
     "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
     "SLURM_JOB_NODELIST": "vm", "SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "3",
@@ -33,6 +38,15 @@ def test_srun_task():
     assert job.disagreements(2, 4) == []
     assert job.describe() == ("launcher srun; SLURM job 41.0 on 2 node(s) node[07-08]; tasks/node 2(x2); "
                               "cpus/task 8; gpus/task 1; CUDA_VISIBLE_DEVICES 0")
+
+
+def test_srun_task_with_pmix_is_srun_s():
+    """Under srun --mpi=pmix the PMIx variables come from SLURM's own plugin: the launcher is srun
+    (it was reported as "pmix", with no size and no local rank)."""
+    job = jobenv.detect(SRUN_PMIX_TASK)
+    assert (job.launcher, job.job_id, job.step_id) == ("srun", "25", "0")
+    assert (job.env_rank, job.env_size, job.env_local_rank) == (1, 2, 1)
+    assert job.disagreements(1, 2) == []
 
 
 def test_srun_task_that_mpi_numbers_differently_is_reported():
