@@ -15,9 +15,9 @@ _POLL_START_S = 1e-6
 _POLL_MAX_S = 1e-3
 
 
-def spin(test: Callable[[], bool]) -> bool:
-    """Call ``test`` without sleeping until it returns True or ``_SPIN_S`` has passed; its last answer."""
-    end = time.monotonic() + _SPIN_S
+def spin(test: Callable[[], bool], seconds: float = _SPIN_S) -> bool:
+    """Call ``test`` without sleeping until it returns True or ``seconds`` have passed; its last answer."""
+    end = time.monotonic() + seconds
     while not test():
         if time.monotonic() > end:
             return False
@@ -197,16 +197,15 @@ class Work:
 
     def _wait_until(self, timeout: timedelta | float) -> None:
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-        now = time.monotonic()
-        deadline, spin_until, pause = now + seconds, now + _SPIN_S, _POLL_START_S
-        while self._requests and not self._test():
-            now = time.monotonic()
-            if now > deadline:
+        deadline, pause = time.monotonic() + seconds, _POLL_START_S
+        if not self._requests or spin(self._test, min(_SPIN_S, seconds)):
+            return
+        while not self._test():
+            if time.monotonic() > deadline:
                 raise DistBackendError(f"{self.op_name}: Timed out after {seconds:g} s waiting for the "
                                        f"other ranks (Work.wait)")
-            if now > spin_until:
-                time.sleep(pause)
-                pause = min(pause * 2, _POLL_MAX_S)
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX_S)
 
     def synchronize(self) -> None:
         """Same as ``wait()`` for CPU work."""

@@ -136,9 +136,11 @@ class ProcessGroupHPC(dist.ProcessGroup):
             red = lean_reduction(opts.reduceOp, tensor.dtype)
             if red is not None and tensor.is_cpu and not tensor.is_sparse and tensor.is_contiguous():
                 request = self._comm.Iallreduce(_IN_PLACE, (cpu_buffer(tensor), red.datatype), red.op)
-                # a small one is mostly done at once or within microseconds: no Work to make then
-                if opts.asyncOp or not (request.Test() or spin(request.Test)):
+                if opts.asyncOp:
                     return self._started(Work([request], tensors, None, tensor), tensors, opts, "allreduce")
+                # a small one is mostly done at once or within microseconds: no Work to make then
+                if not (request.Test() or spin(request.Test)):
+                    self._wait_bounded(Work([request], tensors, None, tensor), opts, "allreduce")
                 return TorchWork(None, tensors)
             if tensor.is_sparse:
                 return self._all_reduce_sparse(tensor, opts)
@@ -315,6 +317,10 @@ class ProcessGroupHPC(dist.ProcessGroup):
         if not work._mpi_requests:
             work.wait()
         elif not work._spin():
-            wait_within(work, self._limit(opts), f"{name} in group {self.group_name!r}")
+            self._wait_bounded(work, opts, name)
         return TorchWork(None, outputs)
+
+    def _wait_bounded(self, work: Work, opts: Any, name: str) -> None:
+        """Wait for MPI ``work`` that a spin did not see finish, at most its timeout."""
+        wait_within(work, self._limit(opts), f"{name} in group {self.group_name!r}")
 
