@@ -339,7 +339,10 @@ class ProcessGroup(TorchProcessGroupAPI):
         return [s * row for s in splits]
 
     def _barrier(self, async_op):
-        transport = self._cpu if self._cpu is not None else self._transport_for_device("cpu")
+        """Over MPI; once the group has a GPU transport, that one's barrier, which first waits for
+        this rank's queued GPU operations (as torch's NCCL barrier does)."""
+        transport = self._transports.get("cuda") or self._cpu or self._transport_for_device(
+            "cpu" if "cpu" in self._config.device_backend_map else "cuda")
         self._seq += 1
         return transport.barrier(async_op)
 

@@ -183,3 +183,90 @@ def test_a_rank_without_a_gpu_fails_every_rank_alike(world):
     message = str(caught.value)
     assert all(f"rank {r} on" in message for r in range(MPI.COMM_WORLD.Get_size()))
     assert MPI.COMM_WORLD.allgather(message) == [message] * MPI.COMM_WORLD.Get_size()
+
+
+def test_a_span_of_array_interface_blocks_keeps_the_stream_they_name():
+    from hpc_c10d.nccl.backend import _span
+    from hpc_c10d.nccl.buffers import DeviceBuffer
+
+    dtype = np.dtype(np.float32)
+    blocks = [DeviceBuffer(0x1000 + 16 * i, 4, dtype, (4,), 0, None, "cai", True, stream_hint=0xBEEF)
+              for i in range(3)]
+    span = _span(blocks)
+    assert span is not None and (span.ptr, span.size, span.kind) == (0x1000, 12, "cai")
+    assert span.stream_hint == 0xBEEF  # the caller's stream, not the legacy default one
+    assert _span([blocks[0], blocks[2]]) is None  # not back to back
+
+
+@pytest.mark.parametrize("name,code", [("float8_e4m3fn", DataType.FLOAT8E4M3), ("float8_e5m2", DataType.FLOAT8E5M2)])
+def test_float8_reduces_as_nccls_own_fp8_types(name, code):
+    import ml_dtypes
+
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    for op in (RedOpType.SUM, RedOpType.AVG, RedOpType.MIN, RedOpType.MAX, RedOpType.PRODUCT):
+        red = nccl_reduction(op, dtype, "all_reduce")
+        assert (red.datatype, red.width) == (code, 1)
+    with pytest.raises(ValueError, match="Cannot use ReduceOp.BAND with NCCL"):
+        nccl_reduction(RedOpType.BAND, dtype, "all_reduce")
+    with pytest.raises(TypeError, match="Unsupported Float8 type for NCCL reduction"):
+        nccl_reduction(RedOpType.SUM, dtype, "all_reduce", native_fp8=False)  # NCCL before 2.24
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fnuz", "float8_e5m2fnuz"])
+def test_float8_fnuz_moves_but_does_not_reduce(name):
+    import ml_dtypes
+
+    from hpc_c10d.nccl.buffers import DEVICE_DTYPES
+
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    assert dtype in DEVICE_DTYPES
+    with pytest.raises(TypeError, match="Unsupported Float8 type for NCCL reduction"):
+        nccl_reduction(RedOpType.SUM, dtype, "all_reduce")
+
+
+def test_torch_float8_tensors_are_device_dtypes():
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+
+    from hpc_c10d.nccl.buffers import DEVICE_DTYPES, _torch_dtype
+
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+        assert _torch_dtype(getattr(torch, name)) == np.dtype(getattr(ml_dtypes, name))
+        assert _torch_dtype(getattr(torch, name)) in DEVICE_DTYPES
+    assert _torch_dtype(torch.bfloat16) == bfloat16
+    if hasattr(torch, "float8_e8m0fnu"):
+        with pytest.raises(TypeError, match="not supported by the NCCL backend"):
+            _torch_dtype(torch.float8_e8m0fnu)
+
+
+@needs_nccl
+def test_a_finished_call_is_settled_without_polling_and_a_failed_one_raises():
+    from hpc_c10d.nccl.comm import settle
+
+    nccl = library.load()
+    settle(nccl, 0, 0, "ncclTest", 1.0)  # ncclSuccess: no poll of the (absent) communicator
+    with pytest.raises(DistBackendError, match="NCCL error in ncclTest"):
+        settle(nccl, 0, 5, "ncclTest", 1.0)  # ncclInvalidUsage
+
+
+@pytest.mark.mpi(min_size=1)
+@needs_nccl
+def test_barrier_goes_through_the_gpu_transport_once_the_group_has_one(world, monkeypatch):
+    from hpc_c10d.nccl.backend import NCCLBackend
+
+    group = dist.new_group(list(range(dist.get_world_size())))
+    calls = []
+    original = NCCLBackend.barrier
+
+    def recorded(self, async_op):
+        calls.append(async_op)
+        return original(self, async_op)
+
+    monkeypatch.setattr(NCCLBackend, "barrier", recorded)
+    dist.barrier(group=group)
+    assert calls == []  # no GPU transport yet: MPI's barrier
+    group._transport_for_device("cuda")  # made without a GPU: the NCCL library loads anyway
+    dist.barrier(group=group)
+    assert dist.barrier(group=group, async_op=True).wait()
+    assert calls == [False, True]
+    dist.destroy_process_group(group)

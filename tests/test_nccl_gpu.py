@@ -3,15 +3,21 @@
 They need a CUDA GPU per rank, CuPy and NCCL, and skip with the reason otherwise. Run them
 at world size 1 on a single-GPU machine (``mpiexec -n 1 python -m pytest --with-mpi -m mpi
 tests/test_nccl_gpu.py``), at larger sizes on a node with that many GPUs; with more ranks than
-GPUs, the one test that runs checks the refusal to put two ranks on one GPU.
+GPUs, the one test that runs checks the refusal to put two ranks on one GPU. Scenarios that
+need a process of their own (tests/programs/nccl_scenarios.py) run as one-rank jobs from rank 0.
 """
+
+import os
+import time
 
 import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from _launch import ROOT, launch
 from hpc_c10d.errors import DistBackendError
 from hpc_c10d.nccl import cuda, library
+from hpc_c10d.nccl.buffers import as_device_buffer
 
 pytestmark = pytest.mark.mpi
 
@@ -303,3 +309,136 @@ def test_two_ranks_on_one_gpu_are_refused(world):
     with pytest.raises(ValueError, match="must not use the same GPU"):
         dist.all_reduce(cupy.ones(4, dtype=cupy.float32), group=group)
     dist.destroy_process_group(group)
+
+
+def test_a_group_made_after_the_parents_communicator_was_aborted_gets_a_fresh_one(gpu):
+    size, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.group.WORLD
+    dist.all_reduce(cupy.ones(1))
+    world._bind_device(gpu)  # new groups would be split from the world's communicator...
+    try:
+        world._transport_for_device("cuda").abort()  # ...but it was aborted (watchdog, timed-out wait)
+        group = dist.new_group(list(range(size)))
+        (comm,) = group._transports["cuda"]._comms.values()
+        assert comm.state == "live"
+        x = cupy.full(3, rank + 1, dtype=cupy.float32)
+        dist.all_reduce(x, group=group)
+        assert float(x[0]) == size * (size + 1) / 2
+        dist.destroy_process_group(group)
+    finally:
+        world.bound_device_id = None
+        world._transports.pop("cuda").close()  # the world's next GPU operation makes a new communicator
+
+
+def test_a_failure_inside_a_group_keeps_the_launched_part_tracked_and_raises_the_first_error(gpu):
+    group = dist.new_group(list(range(dist.get_world_size())))
+    backend = group._transport_for_device("cuda")
+    comm = backend._connect(gpu)
+    x = cupy.ones(8, dtype=cupy.float32)
+    buf = as_device_buffer(x)
+    nccl = backend._nccl
+    good = backend._moving(lambda h, s: nccl.ncclBroadcast(buf.ptr, buf.ptr, buf.nbytes, 1, 0, h, s))
+    bad = backend._moving(lambda h, s: nccl.ncclBroadcast(buf.ptr, buf.ptr, buf.nbytes, 99, 0, h, s))  # no type 99
+    with pytest.raises(DistBackendError, match="ncclTestGroup") as caught:
+        backend._launch("test", comm, buf, backend._group([good, bad], "ncclTestGroup"), False, [x], buf)
+    assert "ncclGroupEnd" not in str(caught.value).split(";")[0]  # the first failure, not the group's end
+    work = backend._pending[-1]
+    assert work._exception is caught.value and work._keep is buf  # the buffers stay referenced
+    dist.barrier(group=group)  # waits for whatever was launched; the ranks are in step
+    dist.destroy_process_group(group)
+
+
+def test_works_of_a_destroyed_group_count_as_done(gpu):
+    size = dist.get_world_size()
+    group = dist.new_group(list(range(size)))
+    x = cupy.ones(1 << 20, dtype=cupy.float32)
+    works = [dist.all_reduce(x, group=group, async_op=True) for _ in range(4)]
+    dist.destroy_process_group(group)  # waits for them, then destroys the communicator
+    assert all(w.is_completed() and w.is_success() for w in works)
+    assert works[-1].wait() is True
+    assert float(x[0]) == size ** 4
+
+
+def test_barrier_waits_for_this_ranks_queued_gpu_work(gpu):
+    size = dist.get_world_size()
+    group = dist.new_group(list(range(size)))
+    x = cupy.zeros(1 << 22, dtype=cupy.float32)
+    for _ in range(50):
+        x += 1  # queued on the current stream; the all-reduce waits for it
+    work = dist.all_reduce(x, group=group, async_op=True)
+    dist.barrier(group=group)
+    assert all(w._passed() for w in group._transports["cuda"]._pending)
+    assert work.is_completed()  # no host synchronisation since the barrier
+    assert float(x[0]) == 50.0 * size
+    dist.destroy_process_group(group)
+
+
+def test_all_to_all_single_refuses_a_mismatched_own_block_on_that_rank_only(gpu):
+    size, rank = dist.get_world_size(), dist.get_rank()
+    in_splits, out_splits = [1] * size, [1] * size
+    if rank == 0:
+        out_splits[0] = 2  # only rank 0 can see that its own blocks disagree
+    inp = cupy.arange(size, dtype=cupy.float32) + 10 * rank
+    out = cupy.full(sum(out_splits), -1, dtype=cupy.float32)
+    if rank == 0:
+        with pytest.raises(ValueError, match="the block this rank sends itself"):
+            dist.all_to_all_single(out, inp, out_splits, in_splits)
+    else:
+        dist.all_to_all_single(out, inp, out_splits, in_splits)
+    got = cupy.asnumpy(out)
+    offsets = np.concatenate([[0], np.cumsum(out_splits)[:-1]])
+    for peer in range(size):
+        if peer == rank == 0:
+            assert (got[:2] == -1).all()  # left as it was
+        else:
+            assert got[offsets[peer]] == rank + 10 * peer  # the peers' blocks arrived all the same
+    dist.barrier()  # every rank is still in step
+
+
+def test_float8_tensors_move_and_reduce(gpu):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch is a CPU build here")
+    size, rank = dist.get_world_size(), dist.get_rank()
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        t = torch.full((16,), rank + 1, device=f"cuda:{gpu}").to(dtype)
+        dist.broadcast(t, src=size - 1)
+        assert t.float().eq(size).all().item()
+        out = torch.empty(16 * size, device=f"cuda:{gpu}").to(dtype)
+        dist.all_gather_into_tensor(out, torch.full((16,), rank, device=f"cuda:{gpu}").to(dtype))
+        assert out.float().view(size, 16)[:, 0].tolist() == list(range(size))
+        if library.load().version >= (2, 24, 0):
+            r = torch.ones(16, device=f"cuda:{gpu}").to(dtype)
+            dist.all_reduce(r)
+            assert r.float().eq(size).all().item()
+
+
+def _scenario(name, timeout_s=120, **env):
+    """Run one scenario of tests/programs/nccl_scenarios.py as a one-rank job (from rank 0 only)."""
+    if dist.get_rank() != 0:
+        pytest.skip("rank 0 runs the scenario as a job of its own")
+    proc, cmd = launch(1, [os.path.join(ROOT, "tests", "programs", "nccl_scenarios.py"), name], timeout_s, env=env)
+    assert f"{name} ok" in proc.stdout, f"{' '.join(cmd)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_nonblocking_nccl_from_the_environment_is_waited_out(gpu):
+    proc = _scenario("nonblocking_environment", NCCL_COMM_BLOCKING="0")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_sticky_cuda_error_fails_the_work_instead_of_leaving_it_running(gpu):
+    _scenario("sticky_cuda_error")
+
+
+def test_an_abort_from_another_thread_never_races_an_enqueue(gpu):
+    proc = _scenario("abort_from_another_thread")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_nccl_is_closed_at_exit_with_a_warning_when_the_program_never_destroyed_its_groups(gpu):
+    start = time.monotonic()
+    proc = _scenario("exit_without_destroy")
+    assert proc.returncode == 0, proc.stderr
+    assert "destroy_process_group() was not called" in proc.stderr
+    assert time.monotonic() - start < 60

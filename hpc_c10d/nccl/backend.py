@@ -14,11 +14,15 @@ nobody else.
 
 from __future__ import annotations
 
+import atexit
 import collections
+import contextlib
+import time
 from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..errors import DistBackendError
+from ..logs import logger
 from ..transport import Transport, displacements
 from ..work import Work
 from . import cuda, library
@@ -30,9 +34,10 @@ from .work import CUDAWork
 __all__ = ["NCCLBackend"]
 
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+_NATIVE_FP8 = (2, 24, 0)  # the first NCCL with float8 datatypes
 _PRUNE_PER_CALL = 4  # finished Works released per call (their buffers go back to the allocator)
 
-Enqueue = Callable[[int, int], None]  # (communicator handle, stream handle)
+Enqueue = Callable[[Communicator], None]  # queues NCCL calls on the communicator's stream (its lock held)
 # One NCCL call (or device copy) of a group: (handle, stream, PREMUL_SUM ops created) -> ncclResult_t
 Step = Callable[[int, int, list], int]
 
@@ -50,7 +55,15 @@ def _span(blocks: Sequence[DeviceBuffer]) -> DeviceBuffer | None:
         end = block.end()
     first, total = blocks[0], sum(b.size for b in blocks)
     return DeviceBuffer(first.ptr, total, first.dtype, (total,), first.device, [b.owner for b in blocks],
-                        first.kind, True)
+                        first.kind, True, stream_hint=first.stream_hint)
+
+
+def _collect(errors: list[Exception], call: Callable[[], None]) -> None:
+    """Run ``call``; append what it raises to ``errors``."""
+    try:
+        call()
+    except Exception as exc:
+        errors.append(exc)
 
 
 class NCCLBackend(Transport):
@@ -64,9 +77,11 @@ class NCCLBackend(Transport):
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
         self._timeout = timeout
+        self._timeout_s = None if timeout is None else timeout.total_seconds()
         self._comms: dict[int, Communicator] = {}
         self._pairs: dict[tuple[int, int], Communicator] = {}  # (device, peer): before the group's exists
         self._pending: collections.deque[CUDAWork] = collections.deque()
+        _open[self] = None
 
     # ---- arrays ---------------------------------------------------------------------------
     @staticmethod
@@ -89,15 +104,21 @@ class NCCLBackend(Transport):
         comm = self._comms.get(device)
         if comm is None:
             comm = self._comms[device] = Communicator.from_mpi(self._nccl, self._mpi, device,
-                                                               f"a group of {self._size} on cuda:{device}")
+                                                               f"a group of {self._size} on cuda:{device}",
+                                                               self._timeout_s)
         return comm
 
     def _split(self, color: int | None, key: int, size: int) -> Communicator | None:
-        """Collective over the group: split its (only) communicator; None if there is none to split."""
-        if len(self._comms) != 1 or not self._nccl.has_split:
-            return None
-        (comm,) = self._comms.values()
-        return comm.split(color, key, size)
+        """Collective over the group: split its (only) communicator; None on every rank unless every
+        rank has one that is still live (one aborted by a watchdog or a timed-out wait is freed)."""
+        from mpi4py import MPI
+
+        comm = next(iter(self._comms.values())) if len(self._comms) == 1 and self._nccl.has_split else None
+        with comm.lock if comm is not None else contextlib.nullcontext():  # no abort until the split is made
+            if not self._mpi.allreduce(comm is not None and comm.state == "live", op=MPI.LAND):
+                return None
+            assert comm is not None
+            return comm.split(color, key, size)
 
     def _adopt(self, comm: Communicator) -> None:
         """Use ``comm`` (split from the parent group's) as this group's communicator on its device."""
@@ -115,7 +136,8 @@ class NCCLBackend(Transport):
             mpi_pair = self._mpi.Create_group(group, tag=7)
             group.Free()
             try:
-                pair = Communicator.from_mpi(self._nccl, mpi_pair, device, f"ranks {lo} and {hi} on cuda:{device}")
+                pair = Communicator.from_mpi(self._nccl, mpi_pair, device, f"ranks {lo} and {hi} on cuda:{device}",
+                                             self._timeout_s)
             finally:
                 mpi_pair.Free()
             self._pairs[(device, peer)] = pair
@@ -124,20 +146,31 @@ class NCCLBackend(Transport):
     # ---- launching ------------------------------------------------------------------------
     def _launch(self, name: str, comm: Communicator, anchor: DeviceBuffer, enqueue: Enqueue, async_op: bool,
                 outputs: list, keep: Any) -> CUDAWork | None:
-        """Run ``enqueue`` on ``comm``'s stream, ordered after the caller's stream; track it."""
-        if comm.aborted:
-            raise DistBackendError(f"{name}: the NCCL communicator on cuda:{comm.device} was aborted; "
-                                   "create a new group to go on")
+        """Run ``enqueue`` on ``comm``'s stream, ordered after the caller's stream; track it.
+
+        If a call fails part-way through a group, the calls NCCL already launched still run: the
+        Work is tracked all the same (keeping the buffers alive) and the caller's stream waits
+        for it, then the error is raised.
+        """
         caller = cuda.caller_stream(anchor)
-        with cuda.device_guard(comm.device):
+        failure: Exception | None = None
+        with comm.lock, cuda.device_guard(comm.device):
+            comm.refuse_unless_live(name)
             ready = cuda.new_event()
             ready.record(caller)
             comm.stream.wait_event(ready)
-            enqueue(comm.handle, comm.stream.ptr)
+            try:
+                enqueue(comm)
+            except Exception as exc:
+                failure = exc
             done = cuda.new_event()
             done.record(comm.stream)
         work = CUDAWork(done, comm, outputs, keep, name, anchor)
         self._track(work)
+        if failure is not None:
+            work._exception = failure
+            caller.wait_event(done)
+            raise failure
         if async_op:
             return work
         caller.wait_event(done)
@@ -146,29 +179,39 @@ class NCCLBackend(Transport):
     def _track(self, work: CUDAWork) -> None:
         pending = self._pending
         for _ in range(_PRUNE_PER_CALL):
-            if not pending or not pending[0]._event.done:
+            if not pending or not pending[0]._passed():
                 break
-            pending.popleft()._complete()
+            pending.popleft()._retire()
         pending.append(work)
 
     def _group(self, calls: list[Step], what: str) -> Enqueue:
         """One enqueue step running ``calls`` between ncclGroupStart and ncclGroupEnd (a single
-        NCCL call runs alone). PREMUL_SUM ops are destroyed once the group has been queued."""
+        NCCL call runs alone). PREMUL_SUM ops are destroyed once the group has been queued.
+
+        The group is closed and the ops destroyed even when a call fails; the first failure is
+        the one raised (with any later ones in its message)."""
         nccl = self._nccl
 
-        def enqueue(handle: int, stream: int) -> None:
+        def enqueue(comm: Communicator) -> None:
+            handle, stream = comm.handle, comm.stream.ptr
             created: list[int] = []
+            errors: list[Exception] = []
             grouped = len(calls) > 1
             if grouped:
                 nccl.check(nccl.ncclGroupStart(), "ncclGroupStart")
             try:
                 for call in calls:
-                    nccl.check(call(handle, stream, created), what)
-            finally:
-                if grouped:
-                    nccl.check(nccl.ncclGroupEnd(), f"ncclGroupEnd ({what})")
-                for op in created:
-                    nccl.check(nccl.ncclRedOpDestroy(op, handle), "ncclRedOpDestroy")
+                    comm.run(call(handle, stream, created), what)
+            except Exception as exc:
+                errors.append(exc)
+            if grouped:
+                _collect(errors, lambda: comm.run(nccl.ncclGroupEnd(), f"ncclGroupEnd ({what})"))
+            for op in created:
+                _collect(errors, partial(nccl.check, nccl.ncclRedOpDestroy(op, handle), "ncclRedOpDestroy"))
+            if len(errors) == 1:
+                raise errors[0]
+            if errors:
+                raise DistBackendError("; then ".join(map(str, errors))) from errors[0]
 
         return enqueue
 
@@ -191,7 +234,7 @@ class NCCLBackend(Transport):
     def _reduced(self, name: str, op: Any, buf: DeviceBuffer, call: Callable[..., int]) -> Step:
         """A reduction step: ``call(handle, stream, count, datatype, nccl_op)`` for ``buf``'s
         elements, with a PREMUL_SUM op made for the call (the group destroys it)."""
-        red = nccl_reduction(op, buf.dtype, name)
+        red = nccl_reduction(op, buf.dtype, name, self._nccl.version >= _NATIVE_FP8)
         count, nccl, factor = buf.size * red.width, self._nccl, red.factor
         if factor is None:
             return lambda handle, stream, created: call(handle, stream, count, red.datatype, red.op)
@@ -267,19 +310,30 @@ class NCCLBackend(Transport):
         return self._launch("all_gather", self._connect(device), inp, self._group(steps, "ncclBroadcast"),
                             async_op, user, (outs, inp))
 
-    def _exchange(self, sends: dict[int, DeviceBuffer], recvs: dict[int, DeviceBuffer]) -> list[Step]:
-        """Grouped steps: ``sends[peer]`` to each peer, ``recvs[peer]`` from each; this rank's own
-        block is a device copy."""
-        nccl, me, steps = self._nccl, self._rank, []
+    def _exchange(self, name: str, comm: Communicator, anchor: DeviceBuffer, sends: dict[int, DeviceBuffer],
+                  recvs: dict[int, DeviceBuffer], async_op: bool, outputs: list, keep: Any,
+                  steps: Sequence[Step] = ()) -> CUDAWork | None:
+        """Launch one group: ``steps``, then ``sends[peer]`` to each peer and ``recvs[peer]`` from
+        each; this rank's own block is a device copy.
+
+        Only this rank can see that its own blocks differ in size, so that does not stop the
+        launch (its peers would wait for it in NCCL): its blocks to and from the other ranks are
+        exchanged, its own output block is left as it was, and ValueError is raised after."""
+        nccl, me, steps, problem = self._nccl, self._rank, list(steps), ""
         if me in sends and me in recvs:
             own_in, own_out = sends.pop(me), recvs.pop(me)
-            if own_in.nbytes != own_out.nbytes:
-                raise ValueError(f"the block this rank sends itself ({own_in.size} elements) must match the block "
-                                 f"it receives ({own_out.size})")
-            steps.append(self._copy(own_out, own_in))
+            if own_in.nbytes == own_out.nbytes:
+                steps.append(self._copy(own_out, own_in))
+            else:
+                problem = (f"{name}: the block this rank sends itself ({own_in.size} elements) must match the block "
+                           f"it receives ({own_out.size}); the blocks to and from the other ranks were exchanged, "
+                           "this rank's own output block was left as it was")
         steps += [self._transfer(nccl.ncclSend, buf, peer) for peer, buf in sends.items()]
         steps += [self._transfer(nccl.ncclRecv, buf, peer) for peer, buf in recvs.items()]
-        return steps
+        work = self._launch(name, comm, anchor, self._group(steps, "ncclSend/ncclRecv"), async_op, outputs, keep)
+        if problem:
+            raise ValueError(problem)
+        return work
 
     def _transfer(self, call: Callable[..., int], buf: DeviceBuffer, peer: int) -> Step:
         """A step that sends ``buf`` to ``peer`` (``call`` is ncclSend) or receives it (ncclRecv)."""
@@ -288,16 +342,13 @@ class NCCLBackend(Transport):
     def gather_list(self, outs, inp, root, async_op, user):
         device = self._device([inp, *(outs or ())], "gather")
         recvs = dict(enumerate(outs)) if self._rank == root else {}
-        steps = self._exchange({root: inp}, recvs)
-        return self._launch("gather", self._connect(device), inp, self._group(steps, "ncclSend/ncclRecv"),
-                            async_op, user, (outs, inp))
+        return self._exchange("gather", self._connect(device), inp, {root: inp}, recvs, async_op, user, (outs, inp))
 
     def scatter_list(self, out, inps, root, async_op, user):
         device = self._device([out, *(inps or ())], "scatter")
         sends = dict(enumerate(inps)) if self._rank == root else {}
-        steps = self._exchange(sends, {root: out})
-        return self._launch("scatter", self._connect(device), out, self._group(steps, "ncclSend/ncclRecv"),
-                            async_op, [user], (out, inps))
+        return self._exchange("scatter", self._connect(device), out, sends, {root: out}, async_op, [user],
+                              (out, inps))
 
     def _reduce_scatter_steps(self, out: DeviceBuffer, send: DeviceBuffer, op: Any, steps: list) -> Enqueue:
         nccl = self._nccl
@@ -337,22 +388,21 @@ class NCCLBackend(Transport):
         device = self._device([out, inp], "all_to_all_single")
         steps: list[Step] = []
         send = self._unaliased(inp, [out], -1, steps)
-        steps += self._exchange(self._blocks(send, in_counts), self._blocks(out, out_counts))
-        return self._launch("all_to_all_single", self._connect(device), out, self._group(steps, "ncclSend/ncclRecv"),
-                            async_op, [user], (out, inp, send))
+        return self._exchange("all_to_all_single", self._connect(device), out, self._blocks(send, in_counts),
+                              self._blocks(out, out_counts), async_op, [user], (out, inp, send), steps)
 
     def alltoall_list(self, outs, inps, async_op, user):
         device = self._device([*outs, *inps], "all_to_all")
         steps: list[Step] = []
         sends = {r: self._unaliased(i, outs, -1, steps) for r, i in enumerate(inps)}
-        steps += self._exchange(dict(sends), dict(enumerate(outs)))
-        return self._launch("all_to_all", self._connect(device), outs[0], self._group(steps, "ncclSend/ncclRecv"),
-                            async_op, user, (outs, inps, sends))
+        return self._exchange("all_to_all", self._connect(device), outs[0], dict(sends), dict(enumerate(outs)),
+                              async_op, user, (outs, inps, sends), steps)
 
     def barrier(self, async_op):
-        """Wait for this group's GPU work to finish on this rank, then for every rank (over MPI)."""
-        for comm in self._comms.values():
-            comm.stream.synchronize()
+        """Wait (on the host) for this rank's GPU operations in the group to finish, then for every
+        rank over MPI; ``dist.barrier`` comes here once the group has a GPU transport."""
+        for work in list(self._pending):
+            cuda.wait_for_event(work._event)  # DistBackendError for a CUDA error, not for an NCCL one raised before
         if async_op:
             return Work([self._mpi.Ibarrier()], [])
         self._mpi.Barrier()
@@ -361,15 +411,13 @@ class NCCLBackend(Transport):
     # ---- point-to-point -------------------------------------------------------------------
     def send(self, buf, peer, tag, async_op, user):
         comm, rank = self._pair(buf.device, peer)
-        steps = self._exchange({rank: buf}, {})
-        return self._launch("send", comm, buf, self._group(steps, "ncclSend"), async_op, [user], buf)
+        return self._exchange("send", comm, buf, {rank: buf}, {}, async_op, [user], buf)
 
     def recv(self, buf, peer, tag, async_op, user):
         if peer is None:
             raise ValueError("the NCCL backend cannot receive from any source: pass src")
         comm, rank = self._pair(buf.device, peer)
-        steps = self._exchange({}, {rank: buf})
-        work = self._launch("recv", comm, buf, self._group(steps, "ncclRecv"), async_op, [user], buf)
+        work = self._exchange("recv", comm, buf, {}, {rank: buf}, async_op, [user], buf)
         return work if async_op else peer
 
     def batch_p2p(self, ops: Sequence[tuple[bool, DeviceBuffer, int, Any]]) -> list[CUDAWork]:
@@ -385,29 +433,78 @@ class NCCLBackend(Transport):
         return [work] * len(ops)
 
     # ---- health and lifetime --------------------------------------------------------------
+    def _communicators(self) -> list[Communicator]:
+        return [*self._comms.values(), *self._pairs.values()]
+
     def _overdue(self, limit_s: float) -> CUDAWork | None:
-        """The oldest GPU operation still running after ``limit_s`` seconds, if any (read-only:
-        the watchdog thread calls it)."""
+        """The oldest GPU operation still running after ``limit_s`` seconds, if any (the watchdog
+        thread calls it)."""
         for work in list(self._pending):
-            if not work._event.done:
+            if not work._passed():
                 return work if work.age() > limit_s else None
         return None
 
     def abort(self) -> None:
         """Abort every NCCL communicator of this group (operations in flight end with an error)."""
-        errors = []
-        for comm in [*self._comms.values(), *self._pairs.values()]:
-            try:
-                comm.abort()
-            except DistBackendError as exc:
-                errors.append(str(exc))
+        errors: list[Exception] = []
+        for comm in self._communicators():
+            _collect(errors, comm.abort)
         if errors:
-            raise DistBackendError("; ".join(errors))
+            raise DistBackendError("; ".join(map(str, errors)))
 
-    def close(self) -> None:
-        for comm in [*self._comms.values(), *self._pairs.values()]:
-            comm.destroy()
+    def _finished(self, wait_s: float | None) -> bool:
+        """Wait up to ``wait_s`` seconds (None: for ever) for this rank's operations; True if every
+        one finished without a CUDA error."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        for work in self._pending:
+            while not work._passed():
+                if work._comm.async_error() is not None or (deadline is not None and time.monotonic() > deadline):
+                    return False
+                time.sleep(_CLOSE_POLL_S)
+        return all(work._exception is None for work in self._pending)
+
+    def close(self, wait_s: float | None = None, destroy: bool = True) -> None:
+        """Free every communicator, after waiting up to ``wait_s`` seconds (by default the group's
+        timeout) for this rank's operations. With ``destroy`` and every operation finished they
+        are destroyed; otherwise aborted (local and immediate), and Works still running fail."""
+        _open.pop(self, None)
+        graceful = self._finished(self._timeout_s if wait_s is None else wait_s) and destroy
+        errors: list[Exception] = []
+        for comm in self._communicators():
+            _collect(errors, comm.destroy if graceful else comm.abort)
+        for work in self._pending:
+            if not work._passed() and work._exception is None:
+                work._exception = DistBackendError(f"{work.op_name} on cuda:{work._comm.device} had not finished "
+                                                   "when its group was closed; its communicator was aborted")
+            work._retire()
         self._comms.clear()
         self._pairs.clear()
         self._pending.clear()
+        if errors:
+            raise DistBackendError("; ".join(map(str, errors)))
 
+
+_EXIT_WAIT_S = 10.0  # at interpreter exit, how long operations still queued get before NCCL is aborted
+_CLOSE_POLL_S = 1e-3
+_open: dict[NCCLBackend, None] = {}  # backends not closed yet, oldest first
+
+
+def _close_at_exit() -> None:
+    """Tear NCCL down before CUDA and MPI go away (NCCL's threads outliving CUDA's shutdown hang
+    or crash the exit), warning as torch does when the program never destroyed its groups. Queued
+    operations get a bounded wait first, so peers waiting on this rank's part still get it."""
+    left = [backend for backend in reversed(_open) if backend._communicators()]  # subgroups first
+    if not left:
+        return
+    logger.warning("destroy_process_group() was not called before the program ended, which can leave GPU "
+                   "operations unfinished and resources held: aborting the NCCL communicators of %d group(s) "
+                   "now, after up to %g s for their queued operations. Call destroy_process_group() at the end "
+                   "of the program.", len(left), _EXIT_WAIT_S)
+    for backend in left:  # aborted, not destroyed: ncclCommDestroy waits for the node's other ranks
+        try:
+            backend.close(min(_EXIT_WAIT_S, backend._timeout_s or _EXIT_WAIT_S), destroy=False)
+        except DistBackendError as exc:
+            logger.warning("closing NCCL at exit: %s", exc)
+
+
+atexit.register(_close_at_exit)  # before MPI's finalisation, registered when MPI started

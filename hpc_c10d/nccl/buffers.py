@@ -12,11 +12,18 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..arrays import SUPPORTED, bfloat16, raise_unsupported
 
-__all__ = ["DeviceBuffer", "as_device_buffer", "contiguous_input"]
+__all__ = ["FLOAT8", "DEVICE_DTYPES", "DeviceBuffer", "as_device_buffer", "contiguous_input"]
+
+#: torch's float8 dtypes: GPU tensors only (MPI has no such types).
+FLOAT8_E4M3, FLOAT8_E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+FLOAT8_E4M3_FNUZ, FLOAT8_E5M2_FNUZ = np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)
+FLOAT8 = frozenset({FLOAT8_E4M3, FLOAT8_E5M2, FLOAT8_E4M3_FNUZ, FLOAT8_E5M2_FNUZ})
+DEVICE_DTYPES = SUPPORTED | FLOAT8
 
 
 class DeviceBuffer:
@@ -63,8 +70,10 @@ def _torch_dtype(dtype: Any) -> np.dtype:
     if found is None:
         import torch
 
-        if dtype is torch.bfloat16:
-            found = bfloat16
+        named = {torch.bfloat16: bfloat16, **{getattr(torch, np_dtype.name, None): np_dtype for np_dtype in FLOAT8}
+                 }.get(dtype)
+        if named is not None:
+            found = named
         else:
             try:
                 found = torch.empty(0, dtype=dtype).numpy().dtype
@@ -136,7 +145,7 @@ def as_device_buffer(x: Any, name: str = "tensor") -> DeviceBuffer:
     else:
         raise TypeError(f"Invalid function argument: expected `{name}` to be a CUDA array (cupy, torch CUDA "
                         f"tensor, __cuda_array_interface__ or DLPack), got {type(x).__name__}")
-    if buf.dtype not in SUPPORTED:
+    if buf.dtype not in DEVICE_DTYPES:
         raise_unsupported(buf.dtype, f"`{name}`")
     return buf
 

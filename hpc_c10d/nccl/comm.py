@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import socket
+import threading
+import time
 from typing import Any
 
 from ..errors import DistBackendError
 from . import cuda
 from .library import SPLIT_NOCOLOR, UNIQUE_ID_BYTES, Nccl, UniqueId
 
-__all__ = ["Communicator", "exchange_unique_id", "check_members"]
+__all__ = ["Communicator", "exchange_unique_id", "check_members", "settle"]
 
 
 def exchange_unique_id(mpi_comm: Any, nccl: Nccl) -> bytes:
@@ -56,44 +58,97 @@ def check_members(mpi_comm: Any, device: int, what: str) -> None:
                          "; bind one GPU per rank (hpc_c10d.nccl.bind_local_device(), or srun --gpus-per-task=1)")
 
 
-class Communicator:
-    """One NCCL communicator on one device, with the stream its operations run on."""
+IN_PROGRESS = 7  # ncclInProgress: a nonblocking communicator is still working on the call
+_POLL_S = 1e-4
+_ABORT_LOCK_S = 2.0  # how long an abort from another thread waits for the communicator's lock
 
-    def __init__(self, nccl: Nccl, handle: ctypes.c_void_p, device: int, rank: int, size: int) -> None:
+
+def settle(nccl: Nccl, handle: int, result: int, what: str, timeout_s: float | None) -> None:
+    """Raise for a failed NCCL call; wait out ``ncclInProgress`` first.
+
+    NCCL_COMM_BLOCKING=0 in the environment makes every communicator nonblocking whatever the
+    caller asked for: init, split, collectives and ncclGroupEnd then return ncclInProgress, and
+    the communicator's state must be polled until the call has finished (or failed).
+    """
+    deadline = None
+    state = ctypes.c_int(result)
+    while state.value == IN_PROGRESS:
+        now = time.monotonic()
+        if deadline is None:
+            deadline = None if timeout_s is None else now + timeout_s
+        elif deadline is not None and now > deadline:
+            raise DistBackendError(f"NCCL call {what} was still in progress after {timeout_s:g} s")
+        time.sleep(_POLL_S)
+        nccl.check(nccl.ncclCommGetAsyncError(handle, ctypes.byref(state)), "ncclCommGetAsyncError")
+    nccl.check(state.value, what)
+
+
+class Communicator:
+    """One NCCL communicator on one device, with the stream its operations run on.
+
+    ``lock`` is held around every use of the handle: the watchdog thread may abort the
+    communicator while the main thread enqueues, and NCCL frees the handle in
+    ``ncclCommAbort``. ``state`` is ``"live"``, then ``"aborted"`` or ``"destroyed"``.
+    """
+
+    def __init__(self, nccl: Nccl, handle: ctypes.c_void_p, device: int, rank: int, size: int,
+                 timeout_s: float | None = None) -> None:
         self.nccl = nccl
         self.handle: int = handle.value or 0  # ncclComm_t; 0 for NULL
         self.device = device
         self.rank = rank
         self.size = size
+        self.timeout_s = timeout_s
         self.stream = cuda.new_stream(device)
-        self.aborted = False
+        self.lock = threading.RLock()  # re-entered by a split made under the group's agreement
+        self.state = "live"
 
     @classmethod
-    def from_mpi(cls, nccl: Nccl, mpi_comm: Any, device: int, what: str) -> "Communicator":
+    def from_mpi(cls, nccl: Nccl, mpi_comm: Any, device: int, what: str,
+                 timeout_s: float | None = None) -> "Communicator":
         """Collective over ``mpi_comm``: every member joins one new communicator."""
         check_members(mpi_comm, device, what)
         uid = UniqueId.from_buffer_copy(exchange_unique_id(mpi_comm, nccl))
         handle = ctypes.c_void_p()
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
         with cuda.device_guard(device):
-            nccl.check(nccl.ncclCommInitRank(ctypes.byref(handle), size, uid, rank), f"ncclCommInitRank ({what})")
-        return cls(nccl, handle, device, rank, size)
+            result = nccl.ncclCommInitRank(ctypes.byref(handle), size, uid, rank)
+            settle(nccl, handle.value or 0, result, f"ncclCommInitRank ({what})", timeout_s)
+        return cls(nccl, handle, device, rank, size, timeout_s)
+
+    def refuse_unless_live(self, what: str) -> None:
+        """DistBackendError unless the communicator can still be used (call with ``lock`` held)."""
+        if self.state != "live":
+            raise DistBackendError(f"{what}: the NCCL communicator on cuda:{self.device} was {self.state}; "
+                                   "create a new group to go on")
+
+    def run(self, result: int, what: str) -> None:
+        """Check the result of a call just made on this communicator (``lock`` held)."""
+        settle(self.nccl, self.handle, result, what, self.timeout_s)
 
     def split(self, color: int | None, key: int, size: int) -> "Communicator | None":
         """Collective over this communicator: members with ``color`` form a new one (None: not a member)."""
         handle = ctypes.c_void_p()
-        with cuda.device_guard(self.device):
-            self.nccl.check(self.nccl.ncclCommSplit(self.handle, SPLIT_NOCOLOR if color is None else color, key,
-                                                    ctypes.byref(handle), None), "ncclCommSplit")
-        return None if color is None else Communicator(self.nccl, handle, self.device, key, size)
+        with self.lock, cuda.device_guard(self.device):
+            self.refuse_unless_live("ncclCommSplit")
+            result = self.nccl.ncclCommSplit(self.handle, SPLIT_NOCOLOR if color is None else color, key,
+                                             ctypes.byref(handle), None)
+            settle(self.nccl, self.handle, result, "ncclCommSplit", self.timeout_s)  # nonblocking: the parent reports
+            if handle.value:
+                settle(self.nccl, handle.value, IN_PROGRESS, "ncclCommSplit (new communicator)", self.timeout_s)
+        return None if color is None else Communicator(self.nccl, handle, self.device, key, size, self.timeout_s)
 
     def async_error(self) -> str | None:
         """NCCL's asynchronous error for this communicator, as text, or None."""
-        if self.aborted:
-            return "the communicator was aborted"
-        result = ctypes.c_int()
-        self.nccl.check(self.nccl.ncclCommGetAsyncError(self.handle, ctypes.byref(result)), "ncclCommGetAsyncError")
-        if result.value == 0:
+        with self.lock:
+            if self.state == "aborted":
+                return "the communicator was aborted"
+            if self.state == "destroyed":  # destroy() finished every operation first
+                return None
+            result = ctypes.c_int()
+            self.nccl.check(self.nccl.ncclCommGetAsyncError(self.handle, ctypes.byref(result)),
+                            "ncclCommGetAsyncError")
+        if result.value in (0, IN_PROGRESS):
             return None
         try:
             self.nccl.check(result.value, "an operation in flight")
@@ -102,13 +157,29 @@ class Communicator:
         return None
 
     def abort(self) -> None:
-        """Stop every operation in flight and free the communicator (it cannot be used again)."""
-        if self.handle and not self.aborted:
-            self.aborted = True
-            self.nccl.check(self.nccl.ncclCommAbort(self.handle), "ncclCommAbort")
+        """Stop every operation in flight and free the communicator (it cannot be used again).
+
+        Safe from another thread: it waits (briefly) for a call the owner is making to return,
+        and raises DistBackendError if that call does not return.
+        """
+        if not self.lock.acquire(timeout=_ABORT_LOCK_S):
+            raise DistBackendError(f"cannot abort the NCCL communicator on cuda:{self.device}: a call on it has "
+                                   f"not returned for {_ABORT_LOCK_S:g} s")
+        try:
+            if self.handle and self.state == "live":
+                self.state = "aborted"
+                self.nccl.check(self.nccl.ncclCommAbort(self.handle), "ncclCommAbort")
+        finally:
+            self.lock.release()
 
     def destroy(self) -> None:
-        """Free the communicator after its operations finish."""
-        if self.handle and not self.aborted:
-            self.aborted = True
-            self.nccl.check(self.nccl.ncclCommDestroy(self.handle), "ncclCommDestroy")
+        """Free the communicator once its operations have finished (the caller waits for them; an
+        intra-node collective in NCCL). NCCL refuses to destroy a communicator with an error
+        pending: that one is aborted, and the error raised."""
+        with self.lock:
+            if self.handle and self.state == "live":
+                result = self.nccl.ncclCommDestroy(self.handle)
+                self.state = "destroyed" if result == 0 else "aborted"
+                if result != 0:
+                    self.nccl.ncclCommAbort(self.handle)
+                self.nccl.check(result, "ncclCommDestroy")

@@ -9,12 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from .._extras import gpu_install_hint
+from ..errors import DistBackendError
 from .buffers import DeviceBuffer
 
-__all__ = ["cupy", "caller_stream", "new_stream", "new_event", "device_guard", "device_count", "pci_bus_id"]
+__all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "wait_for_event", "device_guard",
+           "device_count", "pci_bus_id"]
 
 _LEGACY_DEFAULT, _PER_THREAD_DEFAULT = 1, 2  # __cuda_array_interface__ stream codes
 _CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread
+_NOT_READY = 600  # cudaErrorNotReady: what cudaEventQuery says of an event the GPU has not passed yet
 
 
 def cupy() -> Any:
@@ -64,6 +67,38 @@ def caller_stream(buf: DeviceBuffer) -> Any:
     hint = buf.stream_hint
     ptr = 0 if hint in (None, _LEGACY_DEFAULT) else _CUDA_STREAM_PER_THREAD if hint == _PER_THREAD_DEFAULT else hint
     return _wrap(ptr, buf.device)
+
+
+def _cuda_error(error: Any) -> DistBackendError:
+    """DistBackendError for a CUDA status code or a CuPy CUDARuntimeError."""
+    runtime = cupy().cuda.runtime
+    text = str(error if isinstance(error, Exception) else runtime.CUDARuntimeError(error))
+    return DistBackendError(f"CUDA error: {text} (CUDA errors are sticky: this process's GPU context can no "
+                            "longer be used)")
+
+
+def event_passed(event: Any) -> bool:
+    """True once the GPU has passed ``event``, False while it has not; DistBackendError when the
+    GPU failed before it (CuPy's ``Event.done`` reads such a failure as "not yet", forever)."""
+    runtime = cupy().cuda.runtime
+    try:
+        status = runtime.eventQuery(event.ptr)
+    except runtime.CUDARuntimeError as exc:
+        raise _cuda_error(exc) from exc
+    if status == 0:
+        return True
+    if status == _NOT_READY:
+        return False
+    raise _cuda_error(status)
+
+
+def wait_for_event(event: Any) -> None:
+    """Block the host until the GPU has passed ``event``; DistBackendError if it failed before."""
+    runtime = cupy().cuda.runtime
+    try:
+        event.synchronize()
+    except runtime.CUDARuntimeError as exc:
+        raise _cuda_error(exc) from exc
 
 
 def device_guard(device: int) -> Any:

@@ -2,8 +2,9 @@
 
 Operations that only move data send any dtype as bytes. Reductions need an NCCL type:
 bool reduces as uint8 (SUM becomes MAX, "any", as torch does), complex as twice as many reals
-(SUM, AVG and a real PREMUL_SUM only), and int16/uint16 have none, so they raise TypeError as
-torch's NCCL backend does. Bitwise reductions raise ValueError: NCCL has none.
+(SUM, AVG and a real PREMUL_SUM only), float8 e4m3fn and e5m2 as NCCL's own fp8 types (NCCL
+2.24 and newer, sm_90 GPUs; the fnuz variants only move). int16/uint16 have no NCCL type, so they
+raise TypeError as torch's NCCL backend does. Bitwise reductions raise ValueError: NCCL has none.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import SUPPORTED, bfloat16, raise_unsupported
+from ..arrays import bfloat16, raise_unsupported
 from ..reduce_op import BITWISE, RedOpType, check_op_for_dtype
+from .buffers import DEVICE_DTYPES, FLOAT8, FLOAT8_E4M3, FLOAT8_E5M2
 from .library import DataType, RedOp
 
 __all__ = ["BYTES", "NcclReduction", "nccl_reduction"]
@@ -33,6 +35,8 @@ _REDUCIBLE[np.dtype(bool)] = (DataType.UINT8, np.dtype(np.uint8), 1)
 _REDUCIBLE[np.dtype(np.complex64)] = (DataType.FLOAT32, np.dtype(np.float32), 2)
 _REDUCIBLE[np.dtype(np.complex128)] = (DataType.FLOAT64, np.dtype(np.float64), 2)
 _REDUCIBLE[bfloat16] = (DataType.BFLOAT16, bfloat16, 1)
+_REDUCIBLE[FLOAT8_E4M3] = (DataType.FLOAT8E4M3, FLOAT8_E4M3, 1)
+_REDUCIBLE[FLOAT8_E5M2] = (DataType.FLOAT8E5M2, FLOAT8_E5M2, 1)
 
 _OPS = {RedOpType.SUM: RedOp.SUM, RedOpType.AVG: RedOp.AVG, RedOpType.PRODUCT: RedOp.PROD,
         RedOpType.MIN: RedOp.MIN, RedOpType.MAX: RedOp.MAX}
@@ -58,15 +62,18 @@ def _factor_bytes(factor: Any, element: np.dtype, name: str) -> bytes:
     return np.asarray(factor, dtype=element).tobytes()
 
 
-def nccl_reduction(op: Any, dtype: np.dtype, name: str) -> NcclReduction:
-    """The NCCL datatype and op for ``op`` (a RedOpType or ReduceOp) on ``dtype``; torch's errors."""
+def nccl_reduction(op: Any, dtype: np.dtype, name: str, native_fp8: bool = True) -> NcclReduction:
+    """The NCCL datatype and op for ``op`` (a RedOpType or ReduceOp) on ``dtype``; torch's errors.
+    ``native_fp8``: the NCCL library has float8 datatypes (2.24 and newer)."""
     kind, factor = (op, None) if type(op) is RedOpType else (op.op, op.factor)
-    if dtype not in SUPPORTED:
+    if dtype not in DEVICE_DTYPES:
         raise_unsupported(dtype, f"{name}: the array")
     if kind in BITWISE:
         raise ValueError(f"Cannot use ReduceOp.{kind.name} with NCCL")
     check_op_for_dtype(kind, dtype, name)
     entry = _REDUCIBLE.get(dtype)
+    if dtype in FLOAT8 and (entry is None or not native_fp8):
+        raise TypeError(f"Unsupported Float8 type for NCCL reduction: {dtype}")
     if entry is None:
         raise TypeError(f"Input tensor data type is not supported for NCCL process group: {dtype}")
     datatype, element, width = entry

@@ -38,6 +38,7 @@ class DataType:
 
     INT8, UINT8, INT32, UINT32, INT64, UINT64 = 0, 1, 2, 3, 4, 5
     FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 6, 7, 8, 9
+    FLOAT8E4M3, FLOAT8E5M2 = 10, 11  # NCCL >= 2.24
 
 
 class RedOp:

@@ -8,6 +8,7 @@ caller that drops its array early cannot hand the memory back to the allocator m
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import timedelta
 from typing import Any
@@ -59,11 +60,29 @@ class CUDAWork(Work):
         if self._exception is not None:
             raise self._exception
 
+    def _passed(self) -> bool:
+        """True once the GPU has passed the operation, or failed before it (a CUDA error is sticky:
+        it is kept as the operation's error and the operation counts as finished)."""
+        try:
+            return cuda.event_passed(self._event)
+        except DistBackendError as exc:
+            if self._exception is None:
+                self._exception = DistBackendError(f"{self.op_name} on cuda:{self._comm.device}: {exc}")
+            return True
+
+    def _retire(self) -> None:
+        """Complete an operation found finished while pruning; an error stays on the Work (and its
+        future), for whoever asks."""
+        with contextlib.suppress(Exception):  # kept in self._exception: raised to whoever waits
+            self._complete()
+
     def is_completed(self) -> bool:
-        """True once the GPU has passed the operation (never blocks); raises NCCL's async error."""
+        """True once the GPU has passed the operation (never blocks); raises NCCL's async error
+        or the CUDA error it failed with."""
         if not self._done:
-            self._raise_async_error()
-            if not self._event.done:
+            passed = self._passed()
+            self._raise_async_error()  # the CUDA error _passed kept, or NCCL's
+            if not passed:
                 return False
             self._complete()
         return True
@@ -78,7 +97,10 @@ class CUDAWork(Work):
             self._wait_host(timeout)
         elif not self._done:
             self._raise_async_error()
-            cuda.caller_stream(self._caller).wait_event(self._event)
+            if self._passed():
+                self._complete()
+            else:
+                cuda.caller_stream(self._caller).wait_event(self._event)
         if self._exception is not None:
             raise self._exception
         return True
@@ -102,7 +124,10 @@ class CUDAWork(Work):
     def block_host(self) -> None:
         """Block the host until the GPU has finished the operation."""
         if not self._done:
-            self._event.synchronize()
+            try:
+                cuda.wait_for_event(self._event)
+            except DistBackendError as exc:
+                self._exception = DistBackendError(f"{self.op_name} on cuda:{self._comm.device}: {exc}")
             self._raise_async_error()
             self._complete()
 
