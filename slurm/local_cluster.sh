@@ -57,8 +57,11 @@ install_packages() {
     for c in $REQUIRED_CMDS; do
         command -v "$c" >/dev/null 2>&1 || missing="$missing $c"
     done
+    # srun --mpi=pmix (how Open MPI's processes join one world) loads libpmix.so, which only
+    # Debian's libpmix-dev ships
+    ldconfig -p 2>/dev/null | grep -q 'libpmix\.so ' || missing="$missing libpmix.so"
     [ -z "$missing" ] && return 0
-    log "missing:$missing -> installing slurm-wlm + munge via apt"
+    log "missing:$missing -> installing slurm-wlm + munge + libpmix-dev via apt"
     export DEBIAN_FRONTEND=noninteractive
     # Only refresh the package lists if apt cannot see the package at all.
     if ! apt-cache show slurmctld >/dev/null 2>&1; then
@@ -73,10 +76,10 @@ install_packages() {
     fi
     # slurm-wlm = slurmctld + slurmd + slurm-client (+ basic plugins, munge).
     local rc=0
-    apt-get install -y -q --no-install-recommends slurm-wlm munge || rc=$?
+    apt-get install -y -q --no-install-recommends slurm-wlm munge libpmix-dev || rc=$?
     if [ "$rc" != 0 ]; then   # stale package lists? refresh once and retry
         rc=0
-        apt-get update -q && apt-get install -y -q --no-install-recommends slurm-wlm munge || rc=$?
+        apt-get update -q && apt-get install -y -q --no-install-recommends slurm-wlm munge libpmix-dev || rc=$?
     fi
     [ "$made_policy" = 1 ] && rm -f "$policy"
     [ "$rc" = 0 ] || { log "ERROR: apt-get install failed (rc=$rc)"; exit "$rc"; }

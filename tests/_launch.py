@@ -65,6 +65,8 @@ class Flavour:
     flags: tuple[str, ...] = ()  # mpiexec options: start any number of ranks here
     env: dict[str, str] = field(default_factory=dict)  # the same, for mpiexec calls without the flags
     network_path: dict[str, str] = field(default_factory=dict)  # one-sided operations as between nodes
+    launcher: str = "mpich-hydra"  # what hpc_c10d.jobenv calls a job its mpiexec started
+    srun_mpi: str = "pmi2"  # the srun --mpi plugin its processes join one world through
 
 
 _MPICH_NETWORK_PATH = {"MPIR_CVAR_NOLOCAL": "1"}
@@ -74,7 +76,7 @@ FLAVOURS = {
         {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
          "OMPI_MCA_rmaps_base_oversubscribe": "1",  # Open MPI 4
          "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"},  # Open MPI 5
-        {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}),
+        {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}, "openmpi", "pmix"),
     "mpich": Flavour("mpich", network_path=_MPICH_NETWORK_PATH),
     "unknown": Flavour("unknown", network_path=_MPICH_NETWORK_PATH),
 }
@@ -201,6 +203,21 @@ def slurm_cluster_problem():
         return failure
     if not re.search(r"idle|mixed|allocated", states):
         return f"the designated SLURM cluster {designated!r} has no node up (sinfo: {states.strip()!r})"
+    return ""
+
+
+def srun_plugin_problem(plugin=None):
+    """Why srun cannot join this MPI's processes here ('' when it can): ``srun --mpi=list`` must
+    offer ``plugin`` (default: the flavour's, pmi2 for MPICH, pmix for Open MPI)."""
+    plugin = plugin or flavour().srun_mpi
+    try:
+        proc = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=15,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"srun --mpi=list failed: {exc}"
+    if not re.search(rf"^\s*{plugin}\s*$", proc.stdout + proc.stderr, re.MULTILINE):
+        return (f"{flavour().name} jobs need srun --mpi={plugin}, which this SLURM does not offer (srun --mpi=list); "
+                "for pmix, Debian's SLURM needs libpmix-dev (slurm/local_cluster.sh up installs it)")
     return ""
 
 

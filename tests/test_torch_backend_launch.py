@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from _launch import ROOT, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem, slurm_required
+from _launch import (ROOT, flavour, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem,
+                     slurm_required)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (pip install 'torch>=2.11,<2.16')")
@@ -89,7 +90,7 @@ def test_unmodified_script_under_srun():
     assert not _slurm_problem, f"HPC_C10D_REQUIRE_SLURM=1 but {_slurm_problem}"
     conf = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    cmd = ["timeout", "240", "srun", "-n", "4", "--overcommit", "--mpi=pmi2", sys.executable, SCRIPT]
+    cmd = ["timeout", "240", "srun", "-n", "4", "--overcommit", f"--mpi={flavour().srun_mpi}", sys.executable, SCRIPT]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270, cwd=ROOT,
                           env=fresh_env(drop=("SLURM_", *_TORCH_RENDEZVOUS), PATH=path, **conf))
     _check_script_output(proc, cmd, 4)

@@ -11,6 +11,7 @@ import datetime
 import os
 import platform
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from .sweep import BASELINE, Sweep
 from .torch_side import init_torch, torch_missing
 
 __all__ = ["main", "parser"]
+
+_QUIET_EXIT_DELAY_S = 1.0  # see _refuse
 
 
 def _meta(args: argparse.Namespace, ranks: int, notes: dict[str, str]) -> dict[str, Any]:
@@ -99,9 +102,14 @@ def _lacking(args: argparse.Namespace, ranks: int) -> str | None:
 
 
 def _refuse(args: argparse.Namespace, problem: str, says: bool) -> int:
-    """Say why the sub-benchmark cannot run (where ``says``: one process of the job), return exit status 2."""
+    """Say why the sub-benchmark cannot run (where ``says``: one process of the job), return exit status 2.
+
+    The other processes wait a moment first: Open MPI's launcher ends the whole job at the first
+    non-zero exit, which could kill the one that says why before its line is out."""
     if says:
-        print(f"{PROG} {args.bench}: {problem}", file=sys.stderr)
+        print(f"{PROG} {args.bench}: {problem}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(_QUIET_EXIT_DELAY_S)
     return 2
 
 

@@ -95,9 +95,23 @@ def child(impl: str, out_dir: str) -> int:
 def launcher_command(launcher: str, ranks: int) -> list[str]:
     """The command that starts ``ranks`` processes here (``srun`` may put more than one on a CPU)."""
     if launcher == "srun":
-        return ["srun", "-n", str(ranks), "--overcommit", "--mpi=pmi2", "--kill-on-bad-exit=1"]
+        return ["srun", "-n", str(ranks), "--overcommit", f"--mpi={_srun_plugin()}", "--kill-on-bad-exit=1"]
     beside = Path(sys.executable).parent / "mpiexec"
     return [str(beside) if beside.exists() else shutil.which("mpiexec") or "mpiexec", "-n", str(ranks)]
+
+
+def _srun_plugin() -> str:
+    """srun's --mpi for the MPI mpi4py runs on: $SLURM_MPI_TYPE if set, else pmix for Open MPI and
+    pmi2 for MPICH and the MPIs built on it."""
+    chosen = os.environ.get("SLURM_MPI_TYPE")
+    if chosen:
+        return chosen
+    import mpi4py
+
+    mpi4py.rc.initialize = False  # this process only launches jobs: it never starts MPI itself
+    from mpi4py import MPI
+
+    return "pmix" if MPI.Get_library_version().startswith("Open MPI") else "pmi2"
 
 
 def _free_port() -> int:
