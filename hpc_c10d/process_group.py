@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 import numpy as np
 
 from ._pg_api import TorchProcessGroupAPI
-from .arrays import device_type
+from .arrays import SUPPORTED, device_type
 from .backend import BackendConfig, transport_factory
 from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
@@ -53,6 +53,34 @@ def _same_size(arrays: Sequence[np.ndarray], like: np.ndarray, op_name: str, nam
         if a.size != like.size:
             raise ValueError(f"{op_name}: {name}[{i}] has {a.size} elements but every block must have "
                              f"{like.size}, like this rank's {like_name}")
+
+
+def _host_output(x: Any) -> bool:
+    """A C-contiguous, writable ndarray of a supported dtype: the hot paths hand it on as it is."""
+    if type(x) is not np.ndarray:
+        return False
+    flags = x.flags
+    return flags.c_contiguous and flags.writeable and x.dtype in SUPPORTED
+
+
+def _host_input(x: Any) -> bool:
+    """A C-contiguous ndarray of a supported dtype (read only, so it need not be writable)."""
+    return type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in SUPPORTED
+
+
+def _host_blocks(blocks: Any, like: np.ndarray, size: int, writable: bool) -> bool:
+    """A list of ``size`` C-contiguous ndarrays each with ``like``'s dtype and size (the hot paths'
+    list check; anything else goes through the full validation and its errors)."""
+    if type(blocks) is not list or len(blocks) != size:
+        return False
+    dtype, n = like.dtype, like.size
+    for block in blocks:
+        if type(block) is not np.ndarray or block.dtype != dtype or block.size != n:
+            return False
+        flags = block.flags
+        if not flags.c_contiguous or (writable and not flags.writeable):
+            return False
+    return True
 
 
 class ProcessGroup(TorchProcessGroupAPI):
@@ -206,6 +234,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.allreduce(buf, op, async_op, tensor)
 
     def _broadcast(self, tensor, root, async_op):
+        t = self._cpu
+        if t is not None and type(root) is int and 0 <= root < self._size and (
+                _host_output(tensor) or (root == self._rank and _host_input(tensor))):
+            self._seq += 1
+            return t.broadcast(tensor, root, async_op, tensor)
         self._check_root(root, "broadcast")
         t = self._transport(tensor)
         buf = t.adapt_output(tensor, "tensor", writable=self._rank != root)  # the root only reads
@@ -213,6 +246,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.broadcast(buf, root, async_op, tensor)
 
     def _reduce(self, tensor, root, op, async_op):
+        t = self._cpu
+        if t is not None and type(op) is RedOpType and type(root) is int and 0 <= root < self._size and (
+                _host_output(tensor)):
+            self._seq += 1
+            return t.reduce(tensor, root, op, async_op, tensor)
         check_reduce_op(op, "reduce")
         self._check_root(root, "reduce")
         t = self._transport(tensor)
@@ -221,6 +259,10 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.reduce(buf, root, op, async_op, tensor)
 
     def _all_gather(self, tensor_list, tensor, async_op):
+        t = self._cpu
+        if t is not None and _host_input(tensor) and _host_blocks(tensor_list, tensor, self._size, True):
+            self._seq += 1
+            return t.allgather_list(tensor_list, tensor, async_op, tensor_list)
         tensor_list = _check_list(tensor_list, "tensor_list", self._size)
         t = self._transport_of_all([tensor, *tensor_list], "all_gather")
         inp = t.adapt_input(tensor, "tensor")
@@ -231,6 +273,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.allgather_list(outs, inp, async_op, tensor_list)
 
     def _all_gather_into_tensor(self, output, input, async_op):
+        t = self._cpu
+        if t is not None and _host_output(output) and _host_input(input) and output.dtype == input.dtype and (
+                output.size == input.size * self._size):
+            self._seq += 1
+            return t.allgather(output, input, async_op, output)
         t = self._transport_of_all([output, input], "all_gather_into_tensor")
         out, inp = t.adapt_output(output, "output_tensor"), t.adapt_input(input, "input_tensor")
         _same_dtype([out, inp], "all_gather_into_tensor")
@@ -251,6 +298,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return None
 
     def _gather(self, tensor, gather_list, root, async_op):
+        t = self._cpu
+        if t is not None and type(root) is int and 0 <= root < self._size and _host_input(tensor) and (
+                _host_blocks(gather_list, tensor, self._size, True) if root == self._rank else not gather_list):
+            self._seq += 1
+            return t.gather_list(gather_list, tensor, root, async_op, gather_list or [])
         self._check_root(root, "gather")
         is_root = self._rank == root
         gather_list = self._root_only_list(gather_list, is_root, "gather_list", "destination")
@@ -263,6 +315,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.gather_list(outs, inp, root, async_op, gather_list or [])
 
     def _scatter(self, tensor, scatter_list, root, async_op):
+        t = self._cpu
+        if t is not None and type(root) is int and 0 <= root < self._size and _host_output(tensor) and (
+                _host_blocks(scatter_list, tensor, self._size, False) if root == self._rank else not scatter_list):
+            self._seq += 1
+            return t.scatter_list(tensor, scatter_list, root, async_op, tensor)
         self._check_root(root, "scatter")
         is_root = self._rank == root
         scatter_list = self._root_only_list(scatter_list, is_root, "scatter_list", "source")
@@ -286,6 +343,11 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.reduce_scatter_list(out, inps, op, async_op, output)
 
     def _reduce_scatter_tensor(self, output, input, op, async_op):
+        t = self._cpu
+        if t is not None and type(op) is RedOpType and _host_output(output) and _host_input(input) and (
+                output.dtype == input.dtype and input.size == output.size * self._size):
+            self._seq += 1
+            return t.reduce_scatter(output, input, op, async_op, output)
         check_reduce_op(op, "reduce_scatter_tensor")
         t = self._transport_of_all([output, input], "reduce_scatter_tensor")
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
@@ -309,6 +371,13 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.alltoall_list(outs, inps, async_op, outs_user)
 
     def _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
+        t = self._cpu
+        size = self._size
+        if t is not None and not output_split_sizes and not input_split_sizes and _host_output(output) and (
+                _host_input(input) and output.dtype == input.dtype and output.size == input.size
+                and output.ndim and input.ndim and not output.shape[0] % size and not input.shape[0] % size):
+            self._seq += 1
+            return t.alltoall(output, input, None, None, async_op, output)
         t = self._transport_of_all([output, input], "all_to_all_single")
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
         _same_dtype([out, inp], "all_to_all_single")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from hpc_c10d.arrays import bfloat16
 from _reference import (SHAPES, Deferred, a2a_chunk, assert_same, empty_like_filled,
                         raises_everywhere, rank_data, reduce_inputs, reduce_ref, split_count)
 
@@ -664,3 +665,58 @@ def test_all_gather_list_whose_input_is_one_of_its_blocks(world, rank, size):
     dist.all_gather(outs, outs[rank])
     for r in range(size):
         assert_same(outs[r], rank_data((SPAN,), np.float64, r))
+
+
+def test_gather_and_scatter_whose_root_block_is_its_own_array(world, rank, size):
+    """The root's input (gather) or output (scatter) is its own block of the list: in place."""
+    for root in range(size):
+        whole = np.zeros(size * SPAN)
+        blocks = list(whole.reshape(size, SPAN)) if rank == root else None
+        mine = blocks[root] if rank == root else np.empty(SPAN)
+        mine[...] = rank_data((SPAN,), np.float64, rank)
+        dist.gather(mine, blocks, dst=root)
+        if rank == root:
+            for r in range(size):
+                assert_same(blocks[r], rank_data((SPAN,), np.float64, r))
+        sources = [rank_data((SPAN,), np.float64, 10 + r) for r in range(size)] if rank == root else None
+        out = sources[root] if rank == root else np.zeros(SPAN)
+        dist.scatter(out, sources, src=root)
+        assert_same(out, rank_data((SPAN,), np.float64, 10 + rank))
+
+
+def test_list_collectives_whose_array_overlaps_another_ranks_block(world, rank, size):
+    """An input that straddles two blocks of the output list cannot be handed to MPI as it is: staged."""
+    if size < 2:
+        pytest.skip("needs two blocks")
+    whole = np.zeros(size * SPAN)
+    outs = list(whole.reshape(size, SPAN))
+    straddling = whole[SPAN // 2:SPAN // 2 + SPAN]
+    straddling[...] = rank_data((SPAN,), np.float64, rank)
+    dist.all_gather(outs, straddling)  # what every rank's input held before any block was written
+    for r in range(size):
+        assert_same(outs[r], rank_data((SPAN,), np.float64, r))
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_list_collectives_into_separately_allocated_blocks(world, rank, size, async_op):
+    """The torch tutorial's lists, blocks allocated one by one, every dtype's carrier included."""
+    for dt in (np.float32, np.int64, bfloat16):
+        outs = [np.full(5, -1, dt) for _ in range(size)]
+        work = dist.all_gather(outs, rank_data((5,), dt, rank), async_op=async_op)
+        if async_op:
+            work.wait()
+        for r in range(size):
+            assert_same(outs[r], rank_data((5,), dt, r))
+        blocks = [np.full(5, -1, dt) for _ in range(size)] if rank == 0 else None
+        work = dist.gather(rank_data((5,), dt, rank), blocks, dst=0, async_op=async_op)
+        if async_op:
+            work.wait()
+        if rank == 0:
+            for r in range(size):
+                assert_same(blocks[r], rank_data((5,), dt, r))
+        sources = [rank_data((5,), dt, 20 + r) for r in range(size)] if rank == 0 else None
+        out = np.full(5, -1, dt)
+        work = dist.scatter(out, sources, src=0, async_op=async_op)
+        if async_op:
+            work.wait()
+        assert_same(out, rank_data((5,), dt, 20 + rank))

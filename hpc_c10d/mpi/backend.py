@@ -1,9 +1,10 @@
 """``MPIBackend``: every collective and point-to-point operation on numpy buffers over mpi4py.
 
 Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
-ones and returns a ``Work`` that keeps every buffer alive until completion. List-shaped
-operations (``all_gather`` into a list, ``gather``, ...) stage through one contiguous buffer and
-the ``v`` variants (``all_to_all`` blocks may differ in size per peer).
+ones and returns a ``Work`` that keeps every buffer alive until completion. ``all_gather`` into
+a list, ``gather`` and ``scatter`` read and write the list's blocks where they lie
+(``scattered.py``); ``reduce_scatter`` from a list and ``all_to_all`` between lists stage through
+one contiguous buffer (a view when the blocks lie back to back) and the ``v`` variants.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..transport import Transport, displacements
 from ..work import ReceiveWork, Work
 from .failures import mpi_failure, short_receive
 from .ops import REDUCTIONS, mpi_datatype, reduction
+from .scattered import place
 
 __all__ = ["MPIBackend"]
 
@@ -32,6 +34,11 @@ def _op_and_factor(op: Any) -> tuple[RedOpType, Any]:
     if factor is not None and hasattr(factor, "item"):
         factor = factor.item()
     return op.op, factor
+
+
+def _may_alias(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` may share memory (two arrays that own their memory never do)."""
+    return (a.base is not None or b.base is not None or a is b) and np.may_share_memory(a, b)
 
 
 def _scaled(buf: np.ndarray, factor: Any) -> np.ndarray:
@@ -118,6 +125,11 @@ class MPIBackend(Transport):
         return None
 
     def _reduction(self, buf, op, name):
+        """(Reduction, PREMUL_SUM factor or None, what averages the result afterwards or None)."""
+        if type(op) is RedOpType:  # the common case: a cached table entry, no closure
+            red = REDUCTIONS[op].get(buf.dtype) or reduction(op, buf.dtype, name)
+            if not red.average:
+                return red, None, None
         op, factor = _op_and_factor(op)
         red = reduction(op, buf.dtype, name)
         average = (lambda: _average(buf, self._size)) if red.average else None
@@ -159,7 +171,7 @@ class MPIBackend(Transport):
     def allgather(self, out, inp, async_op, user):
         datatype = mpi_datatype(out.dtype)
         send: tuple[Any, MPI.Datatype] | MPI.InPlaceType = (inp, datatype)
-        if np.may_share_memory(out, inp):  # FSDP-style: the input is this rank's block of out
+        if _may_alias(out, inp):  # FSDP-style: the input is this rank's block of out
             block = out.reshape(-1)[self._rank * inp.size:(self._rank + 1) * inp.size]
             same = block.__array_interface__["data"][0] == inp.__array_interface__["data"][0]
             send = _IN_PLACE if same else (inp.copy(), datatype)
@@ -169,38 +181,53 @@ class MPIBackend(Transport):
 
     def allgather_list(self, outs, inp, async_op, user):
         datatype = mpi_datatype(inp.dtype)
-        counts = [o.size for o in outs]
+        blocks, in_place = place(outs, inp, self._rank)
+        if blocks is not None:  # into the blocks where they lie
+            args = (_IN_PLACE if in_place else (inp, datatype), blocks)
+            return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
+                               user, None, (outs, inp))
+        counts = [o.size for o in outs]  # see place(): staged
         staging, finish = _landing(outs, inp.dtype, [inp])
-        args = ((inp, datatype), (staging, counts, displacements(counts), datatype))
-        return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
+        staged = ((inp, datatype), (staging, counts, displacements(counts), datatype))
+        return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, staged, async_op,
                            user, finish, (outs, inp, staging))
 
     def gather_list(self, outs, inp, root, async_op, user):
         datatype = mpi_datatype(inp.dtype)
-        finish = staging = recv = None
+        send: Any = (inp, datatype)
+        recv: Any = None
+        finish = staging = None
         if self._rank == root:
-            counts = [o.size for o in outs]
-            staging, finish = _landing(outs, inp.dtype, [inp])
-            recv = (staging, counts, displacements(counts), datatype)
-        args = ((inp, datatype), recv, root)
-        return self._issue(self._comm.Gatherv, self._comm.Igatherv, args, async_op,
+            recv, in_place = place(outs, inp, root)
+            if recv is not None:  # into the blocks where they lie
+                send = _IN_PLACE if in_place else send
+            else:  # see place(): staged
+                counts = [o.size for o in outs]
+                staging, finish = _landing(outs, inp.dtype, [inp])
+                recv = (staging, counts, displacements(counts), datatype)
+        return self._issue(self._comm.Gatherv, self._comm.Igatherv, (send, recv, root), async_op,
                            user, finish, (outs, inp, staging))
 
     def scatter_list(self, out, inps, root, async_op, user):
         datatype = mpi_datatype(out.dtype)
-        send = staging = None
+        recv: Any = (out, datatype)
+        send: Any = None
+        staging = None
         if self._rank == root:
-            staging = _concatenate(inps, out.dtype, [out])
-            counts = [i.size for i in inps]
-            send = (staging, counts, displacements(counts), datatype)
-        args = (send, (out, datatype), root)
-        return self._issue(self._comm.Scatterv, self._comm.Iscatterv, args, async_op,
+            send, in_place = place(inps, out, root)
+            if send is not None:  # from the blocks where they lie
+                recv = _IN_PLACE if in_place else recv
+            else:  # see place(): staged
+                staging = _concatenate(inps, out.dtype, [out])
+                counts = [i.size for i in inps]
+                send = (staging, counts, displacements(counts), datatype)
+        return self._issue(self._comm.Scatterv, self._comm.Iscatterv, (send, recv, root), async_op,
                            [user], None, (out, inps, staging))
 
     def reduce_scatter(self, out, inp, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
         send = inp if factor is None else _scaled(inp, factor)
-        if send is inp and np.may_share_memory(out, inp):  # MPI forbids aliased buffers
+        if send is inp and _may_alias(out, inp):  # MPI forbids aliased buffers
             send = inp.copy()
         args = ((send, red.datatype), (out, red.datatype), red.op)
         return self._issue(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block,
