@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Case", "Collective", "COLLECTIVES", "REDUCTIONS", "contribution", "reference_reduce"]
+__all__ = ["Case", "Blocks", "Collective", "COLLECTIVES", "REDUCTIONS", "contribution", "reference_reduce"]
 
 #: --redop name -> (ReduceOp member name, MPI op name, numpy ufunc)
 REDUCTIONS = {"sum": ("SUM", "SUM", np.add), "prod": ("PRODUCT", "PROD", np.multiply),
@@ -54,6 +54,25 @@ def reference_reduce(case: Case, count: int) -> np.ndarray:
     for rank in range(1, case.size):
         ufunc(result, contribution(case, rank, count).astype(wide), out=result, casting="unsafe")
     return result.astype(case.dtype)
+
+
+class Blocks(list):
+    """A list form's blocks, one per rank, allocated one by one as torch's tutorials do
+    (``[torch.empty_like(t) for _ in range(world_size)]``), and ``whole``: one array of their
+    total size, where the raw MPI call (``Gather``, ``Scatter``, ``Allgather``) puts the same bytes."""
+
+    def __init__(self, blocks: list, whole: Any) -> None:
+        super().__init__(blocks)
+        self.whole = whole
+
+    @classmethod
+    def split(cls, data: np.ndarray, parts: int) -> "Blocks":
+        """``data`` cut into ``parts`` separately allocated blocks (and a copy as ``whole``)."""
+        return cls([block.copy() for block in np.split(data, parts)], data.copy())
+
+    def map(self, convert: Callable[[Any], Any]) -> "Blocks":
+        """The same blocks converted (to device arrays, to tensors)."""
+        return Blocks([convert(block) for block in self], convert(self.whole))
 
 
 def _waited(start: Callable[[], Any]) -> Any:
@@ -208,34 +227,53 @@ class AllToAll(Collective):
         return comm.Alltoall, comm.Ialltoall, (inp, out)
 
 
-class Gather(AllGather):
+class AllGatherList(AllGather):
+    """``all_gather`` into a list of separately allocated blocks (raw MPI: ``Allgather`` into one buffer)."""
+
+    name = "all_gather_list"
+
+    def buffers(self, case):
+        return contribution(case, case.rank, case.chunk), Blocks.split(np.zeros(case.count, case.dtype), case.size)
+
+    def c10d(self, api, inp, out, redop, root):
+        return api.all_gather, (out, inp), {}
+
+    def mpi(self, comm, inp, out, op, root):
+        return comm.Allgather, comm.Iallgather, (inp, out.whole)
+
+
+class Gather(AllGatherList):
+    """``gather`` into a list of separately allocated blocks (raw MPI: ``Gather`` into one buffer)."""
+
     name = "gather"
 
     def expected(self, case):
         return super().expected(case) if case.rank == 0 else None
 
     def c10d(self, api, inp, out, redop, root):
-        return api.gather, (inp,), {"gather_list": list(out.reshape(-1, len(inp))) if root else None, "dst": 0}
+        return api.gather, (inp,), {"gather_list": out if root else None, "dst": 0}
 
     def mpi(self, comm, inp, out, op, root):
-        return comm.Gather, comm.Igather, (inp, out if root else None, 0)
+        return comm.Gather, comm.Igather, (inp, out.whole if root else None, 0)
 
 
 class Scatter(Collective):
+    """``scatter`` from a list of separately allocated blocks (raw MPI: ``Scatter`` from one buffer)."""
+
     name, chunked = "scatter", True
 
     def buffers(self, case):
         source = contribution(case, 0, case.count) if case.rank == 0 else np.zeros(case.count, case.dtype)
-        return source, np.zeros(case.chunk, case.dtype)
+        return Blocks.split(source, case.size), np.zeros(case.chunk, case.dtype)
 
     def expected(self, case):
         return contribution(case, 0, case.count)[case.rank * case.chunk:(case.rank + 1) * case.chunk]
 
     def c10d(self, api, inp, out, redop, root):
-        return api.scatter, (out,), {"scatter_list": list(inp.reshape(-1, len(out))) if root else None, "src": 0}
+        return api.scatter, (out,), {"scatter_list": inp if root else None, "src": 0}
 
     def mpi(self, comm, inp, out, op, root):
-        return comm.Scatter, comm.Iscatter, (inp if root else None, out, 0)
+        return comm.Scatter, comm.Iscatter, (inp.whole if root else None, out, 0)
 
 
 class Barrier(Collective):
@@ -259,4 +297,5 @@ class Barrier(Collective):
 
 
 COLLECTIVES: dict[str, Collective] = {op.name: op for op in (
-    AllReduce(), Broadcast(), Reduce(), AllGather(), ReduceScatter(), AllToAll(), Gather(), Scatter(), Barrier())}
+    AllReduce(), Broadcast(), Reduce(), AllGather(), AllGatherList(), ReduceScatter(), AllToAll(), Gather(), Scatter(),
+    Barrier())}

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .collective_ops import COLLECTIVES, REDUCTIONS, Case, Collective
+from .collective_ops import COLLECTIVES, REDUCTIONS, Blocks, Case, Collective
 from .report import Record
 from .sweep import Sweep
 from .torch_side import as_tensor
@@ -30,6 +30,32 @@ def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
     return int(np.count_nonzero(got != expected))
 
 
+def _arrays(x: Any) -> list:
+    """The arrays of ``x``: itself, or a list form's blocks and ``whole``."""
+    return [*x, x.whole] if isinstance(x, Blocks) else [x]
+
+
+def _convert(x: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(x)``, block by block for a list form's Blocks."""
+    return x.map(convert) if isinstance(x, Blocks) else convert(x)
+
+
+def _assign(target: Any, source: Any, convert: Callable[[Any], Any]) -> None:
+    """Fill ``target`` (an array or Blocks) with ``source`` (the same layout, on the host)."""
+    for into, values in zip(_arrays(target), _arrays(source)):
+        into[...] = convert(values)
+
+
+def _result(bench: Sweep, out: Any, impl: str) -> np.ndarray:
+    """Where ``impl``'s result lands, on the host: a list form's blocks one after the other (raw
+    MPI's: ``whole``)."""
+    if not isinstance(out, Blocks):
+        return bench.to_host(out)
+    if impl == "mpi4py":
+        return bench.to_host(out.whole)
+    return np.concatenate([bench.to_host(block).reshape(-1) for block in out])
+
+
 def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict[str, Callable[[], Any]]:
     member, mpi_op, _ = REDUCTIONS[redop]
     root = bench.rank == 0
@@ -46,7 +72,7 @@ def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict
             steps[impl] = op.mpi_step(bench.comm, inp, out, getattr(MPI, mpi_op), root, bench.async_op)
             continue
         api, tensors = bench.apis[impl]
-        arrays = (as_tensor(inp), as_tensor(out)) if tensors else (inp, out)
+        arrays = (_convert(inp, as_tensor), _convert(out, as_tensor)) if tensors else (inp, out)
         steps[impl] = op.c10d_step(api, *arrays, getattr(api.ReduceOp, member), root, bench.async_op)
     return steps
 
@@ -63,8 +89,8 @@ def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[
     corrupt = os.environ.get(CORRUPT_ENV, "")
     wrong = {}
     for impl in list(steps):
-        inp[...] = bench.to_device(fresh_in)
-        out[...] = bench.to_device(fresh_out)
+        _assign(inp, fresh_in, bench.to_device)
+        _assign(out, fresh_out, bench.to_device)
         try:
             steps[impl]()
             failure = ""
@@ -75,7 +101,7 @@ def _check(bench: Sweep, op: Collective, case: Case, steps: dict[str, Callable[[
             failed[impl] = f"cannot run {op.name} on {case.dtype}: {failures[0]}"
             del steps[impl]
             continue
-        got = bench.to_host(out)
+        got = _result(bench, out, impl)
         if expected is not None and corrupt == impl and got.size:
             got = got.copy()
             got.flat[0] += 1
@@ -101,13 +127,13 @@ def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype
     for op, nbytes in points:
         case = Case(bench.rank, bench.size, nbytes // dtype.itemsize, dtype, redop if op.reduces else "sum")
         host_in, host_out = op.buffers(case)
-        inp = bench.to_device(host_in)
-        out = inp if host_out is host_in else bench.to_device(host_out)
+        inp = _convert(host_in, bench.to_device)
+        out = inp if host_out is host_in else _convert(host_out, bench.to_device)
         steps = _steps(bench, op, inp, out, case.redop)
         failed: dict[str, str] = {}
         wrong = _check(bench, op, case, steps, inp, out, failed)
-        inp[...] = 0  # timed calls then add zeros: no overflow, no denormals, same work
-        out[...] = 0
+        for array in _arrays(inp) + _arrays(out):
+            array[...] = 0  # timed calls then add zeros: no overflow, no denormals, same work
         measured = bench.measure(steps)
         records += bench.records(measured, wrong, failed, bench=label, op=op.name, bytes=nbytes,
                                  count=case.count, dtype=str(dtype), redop=case.redop if op.reduces else "",
