@@ -236,7 +236,7 @@ class AllGatherList(AllGather):
         return contribution(case, case.rank, case.chunk), Blocks.split(np.zeros(case.count, case.dtype), case.size)
 
     def c10d(self, api, inp, out, redop, root):
-        return api.all_gather, (out, inp), {}
+        return api.all_gather, (list(out), inp), {}  # a plain list, as users pass
 
     def mpi(self, comm, inp, out, op, root):
         return comm.Allgather, comm.Iallgather, (inp, out.whole)
@@ -251,7 +251,7 @@ class Gather(AllGatherList):
         return super().expected(case) if case.rank == 0 else None
 
     def c10d(self, api, inp, out, redop, root):
-        return api.gather, (inp,), {"gather_list": out if root else None, "dst": 0}
+        return api.gather, (inp,), {"gather_list": list(out) if root else None, "dst": 0}
 
     def mpi(self, comm, inp, out, op, root):
         return comm.Gather, comm.Igather, (inp, out.whole if root else None, 0)
@@ -270,7 +270,7 @@ class Scatter(Collective):
         return contribution(case, 0, case.count)[case.rank * case.chunk:(case.rank + 1) * case.chunk]
 
     def c10d(self, api, inp, out, redop, root):
-        return api.scatter, (out,), {"scatter_list": inp if root else None, "src": 0}
+        return api.scatter, (out,), {"scatter_list": list(inp) if root else None, "src": 0}
 
     def mpi(self, comm, inp, out, op, root):
         return comm.Scatter, comm.Iscatter, (inp.whole if root else None, out, 0)
