@@ -430,12 +430,26 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
         return t, arr, peer, _check_tag(tag)
 
+    def _plain_peer(self, peer, tag, async_op) -> bool:
+        """A peer and tag the hot paths take as they are: ints in range, not this rank when blocking."""
+        return (type(peer) is int and 0 <= peer < self._size and (async_op or peer != self._rank)
+                and type(tag) is int and tag >= 0)
+
     def _send(self, tensor, peer, tag, async_op):
+        t = self._cpu
+        if t is not None and self._plain_peer(peer, tag, async_op) and _host_input(tensor):
+            self._p2p_seq += 1
+            return t.send(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
         self._p2p_seq += 1
         return t.send(arr, peer, tag, async_op, tensor)
 
     def _recv(self, tensor, peer, tag, async_op):
+        t = self._cpu
+        if t is not None and (peer is None or self._plain_peer(peer, tag, async_op)) and type(tag) is int and (
+                tag >= 0 and _host_output(tensor)):
+            self._p2p_seq += 1
+            return t.recv(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
         self._p2p_seq += 1
         return t.recv(arr, peer, tag, async_op, tensor)
