@@ -14,7 +14,7 @@ import numpy as np
 from ml_dtypes import bfloat16 as _bf16_type
 
 __all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output",
-           "raise_unsupported"]
+           "raise_unsupported", "plain_input", "plain_output"]
 
 bfloat16 = np.dtype(_bf16_type)
 
@@ -120,6 +120,20 @@ def as_input(x: Any, name: str = "tensor") -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def plain_output(x: Any) -> bool:
+    """Whether ``x`` is a C-contiguous, writable ndarray of a supported dtype: usable as it is,
+    with no adapting and nothing to check (the hot paths' test; one flags object, no calls)."""
+    if type(x) is not np.ndarray:
+        return False
+    flags = x.flags
+    return flags.c_contiguous and flags.writeable and x.dtype in SUPPORTED
+
+
+def plain_input(x: Any) -> bool:
+    """Whether ``x`` is a C-contiguous ndarray of a supported dtype (read only: it need not be writable)."""
+    return type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in SUPPORTED
+
+
 def as_output(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray:
     """Adapt an array the collective writes into: it must be C-contiguous and writable.
 
@@ -127,10 +141,8 @@ def as_output(x: Any, name: str = "tensor", writable: bool = True) -> np.ndarray
     broadcast's source): it must still be contiguous, so that every rank accepts or refuses the
     same call and no rank is left waiting.
     """
-    if type(x) is np.ndarray:  # the hot path: one flags object, no function calls
-        flags = x.flags
-        if flags.c_contiguous and flags.writeable and x.dtype in SUPPORTED:
-            return x
+    if plain_output(x):
+        return x
     arr = as_array(x, name)
     flags = arr.flags
     if not flags.c_contiguous:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 import numpy as np
 
 from ._pg_api import TorchProcessGroupAPI
-from .arrays import SUPPORTED, device_type
+from .arrays import device_type, plain_input, plain_output
 from .backend import BackendConfig, transport_factory
 from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
@@ -55,20 +55,7 @@ def _same_size(arrays: Sequence[np.ndarray], like: np.ndarray, op_name: str, nam
                              f"{like.size}, like this rank's {like_name}")
 
 
-def _host_output(x: Any) -> bool:
-    """A C-contiguous, writable ndarray of a supported dtype: the hot paths hand it on as it is."""
-    if type(x) is not np.ndarray:
-        return False
-    flags = x.flags
-    return flags.c_contiguous and flags.writeable and x.dtype in SUPPORTED
-
-
-def _host_input(x: Any) -> bool:
-    """A C-contiguous ndarray of a supported dtype (read only, so it need not be writable)."""
-    return type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in SUPPORTED
-
-
-def _host_blocks(blocks: Any, like: np.ndarray, size: int, writable: bool) -> bool:
+def _plain_blocks(blocks: Any, like: np.ndarray, size: int, writable: bool) -> bool:
     """A list of ``size`` C-contiguous ndarrays each with ``like``'s dtype and size (the hot paths'
     list check; anything else goes through the full validation and its errors)."""
     if type(blocks) is not list or len(blocks) != size:
@@ -215,6 +202,10 @@ class ProcessGroup(TorchProcessGroupAPI):
             raise ValueError(f"{name}: all arrays must be on one device type, got {sorted(devices)}")
         return self._transport_for_device(devices.pop() if devices else "cpu")
 
+    def _in_range(self, rank: Any) -> bool:
+        """Whether ``rank`` is an int naming a rank of the group (the hot paths' test)."""
+        return type(rank) is int and 0 <= rank < self._size
+
     def _check_root(self, root: int, name: str) -> None:
         if not 0 <= root < self._size:
             raise ValueError(f"{name}: group rank {root} is out of range for a group of size {self._size}")
@@ -235,8 +226,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _broadcast(self, tensor, root, async_op):
         t = self._cpu
-        if t is not None and type(root) is int and 0 <= root < self._size and (
-                _host_output(tensor) or (root == self._rank and _host_input(tensor))):
+        if t is not None and self._in_range(root) and (
+                plain_output(tensor) or (root == self._rank and plain_input(tensor))):
             self._seq += 1
             return t.broadcast(tensor, root, async_op, tensor)
         self._check_root(root, "broadcast")
@@ -247,8 +238,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _reduce(self, tensor, root, op, async_op):
         t = self._cpu
-        if t is not None and type(op) is RedOpType and type(root) is int and 0 <= root < self._size and (
-                _host_output(tensor)):
+        if t is not None and type(op) is RedOpType and self._in_range(root) and (
+                plain_output(tensor)):
             self._seq += 1
             return t.reduce(tensor, root, op, async_op, tensor)
         check_reduce_op(op, "reduce")
@@ -260,7 +251,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _all_gather(self, tensor_list, tensor, async_op):
         t = self._cpu
-        if t is not None and _host_input(tensor) and _host_blocks(tensor_list, tensor, self._size, True):
+        if t is not None and plain_input(tensor) and _plain_blocks(tensor_list, tensor, self._size, True):
             self._seq += 1
             return t.allgather_list(tensor_list, tensor, async_op, tensor_list)
         tensor_list = _check_list(tensor_list, "tensor_list", self._size)
@@ -274,7 +265,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _all_gather_into_tensor(self, output, input, async_op):
         t = self._cpu
-        if t is not None and _host_output(output) and _host_input(input) and output.dtype == input.dtype and (
+        if t is not None and plain_output(output) and plain_input(input) and output.dtype == input.dtype and (
                 output.size == input.size * self._size):
             self._seq += 1
             return t.allgather(output, input, async_op, output)
@@ -299,8 +290,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _gather(self, tensor, gather_list, root, async_op):
         t = self._cpu
-        if t is not None and type(root) is int and 0 <= root < self._size and _host_input(tensor) and (
-                _host_blocks(gather_list, tensor, self._size, True) if root == self._rank else not gather_list):
+        if t is not None and self._in_range(root) and plain_input(tensor) and (
+                _plain_blocks(gather_list, tensor, self._size, True) if root == self._rank else not gather_list):
             self._seq += 1
             return t.gather_list(gather_list, tensor, root, async_op, gather_list or [])
         self._check_root(root, "gather")
@@ -316,8 +307,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _scatter(self, tensor, scatter_list, root, async_op):
         t = self._cpu
-        if t is not None and type(root) is int and 0 <= root < self._size and _host_output(tensor) and (
-                _host_blocks(scatter_list, tensor, self._size, False) if root == self._rank else not scatter_list):
+        if t is not None and self._in_range(root) and plain_output(tensor) and (
+                _plain_blocks(scatter_list, tensor, self._size, False) if root == self._rank else not scatter_list):
             self._seq += 1
             return t.scatter_list(tensor, scatter_list, root, async_op, tensor)
         self._check_root(root, "scatter")
@@ -344,7 +335,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _reduce_scatter_tensor(self, output, input, op, async_op):
         t = self._cpu
-        if t is not None and type(op) is RedOpType and _host_output(output) and _host_input(input) and (
+        if t is not None and type(op) is RedOpType and plain_output(output) and plain_input(input) and (
                 output.dtype == input.dtype and input.size == output.size * self._size):
             self._seq += 1
             return t.reduce_scatter(output, input, op, async_op, output)
@@ -373,8 +364,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
         t = self._cpu
         size = self._size
-        if t is not None and not output_split_sizes and not input_split_sizes and _host_output(output) and (
-                _host_input(input) and output.dtype == input.dtype and output.size == input.size
+        if t is not None and not output_split_sizes and not input_split_sizes and plain_output(output) and (
+                plain_input(input) and output.dtype == input.dtype and output.size == input.size
                 and output.ndim and input.ndim and not output.shape[0] % size and not input.shape[0] % size):
             self._seq += 1
             return t.alltoall(output, input, None, None, async_op, output)
@@ -430,14 +421,18 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
         return t, arr, peer, _check_tag(tag)
 
-    def _plain_peer(self, peer, tag, async_op) -> bool:
-        """A peer and tag the hot paths take as they are: ints in range, not this rank when blocking."""
-        return (type(peer) is int and 0 <= peer < self._size and (async_op or peer != self._rank)
-                and type(tag) is int and tag >= 0)
+    def _plain_p2p(self, peer, tag, async_op, any_source=False) -> bool:
+        """A peer and tag the hot paths take as they are: ints in range, not this rank when blocking
+        (None, any rank, where ``any_source``)."""
+        if type(tag) is not int or tag < 0:
+            return False
+        if peer is None:
+            return any_source
+        return self._in_range(peer) and (async_op or peer != self._rank)
 
     def _send(self, tensor, peer, tag, async_op):
         t = self._cpu
-        if t is not None and self._plain_peer(peer, tag, async_op) and _host_input(tensor):
+        if t is not None and self._plain_p2p(peer, tag, async_op) and plain_input(tensor):
             self._p2p_seq += 1
             return t.send(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
@@ -446,8 +441,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _recv(self, tensor, peer, tag, async_op):
         t = self._cpu
-        if t is not None and (peer is None or self._plain_peer(peer, tag, async_op)) and type(tag) is int and (
-                tag >= 0 and _host_output(tensor)):
+        if t is not None and self._plain_p2p(peer, tag, async_op, any_source=True) and plain_output(tensor):
             self._p2p_seq += 1
             return t.recv(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)

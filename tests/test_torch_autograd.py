@@ -76,15 +76,21 @@ def test_nn_reduce_scatter_and_its_gradient():
         torch.testing.assert_close(inp.grad, torch.full((3,), float(k + 1), dtype=torch.float64))
 
 
-def test_nn_all_to_all_single_routes_gradients_back():
-    import torch.distributed.nn.functional as dnn
-
-    x = (torch.arange(_size(), dtype=torch.float64) + 10 * _rank()).requires_grad_()  # element k goes to rank k
-    y = dnn.all_to_all_single(torch.empty(_size(), dtype=torch.float64), x)
+def _check_all_to_all_routes_gradients_back(exchange):
+    """``exchange(x)``, an all_to_all_single of one element per rank with autograd: element k of
+    ``x`` goes to rank k, and the gradient each rank puts on what it received comes back to it."""
+    x = (torch.arange(_size(), dtype=torch.float64) + 10 * _rank()).requires_grad_()
+    y = exchange(x)
     torch.testing.assert_close(y.detach(), torch.tensor([10.0 * r + _rank() for r in range(_size())],
                                                         dtype=torch.float64))
     (y * (_rank() + 1)).sum().backward()
     torch.testing.assert_close(x.grad, torch.arange(1, _size() + 1, dtype=torch.float64))
+
+
+def test_nn_all_to_all_single_routes_gradients_back():
+    import torch.distributed.nn.functional as dnn
+
+    _check_all_to_all_routes_gradients_back(lambda x: dnn.all_to_all_single(torch.empty(_size(), dtype=x.dtype), x))
 
 
 def test_functional_collectives_autograd_forms():
@@ -104,12 +110,7 @@ def test_functional_collectives_autograd_forms():
     (scattered * (_rank() + 1)).sum().backward()
     torch.testing.assert_close(z.grad, torch.arange(1, _size() + 1, dtype=torch.float64).repeat_interleave(2))
 
-    w = (torch.arange(_size(), dtype=torch.float64) + 10 * _rank()).requires_grad_()
-    exchanged = funcol.all_to_all_single_autograd(w, None, None, world)
-    torch.testing.assert_close(exchanged.detach(), torch.tensor([10.0 * r + _rank() for r in range(_size())],
-                                                                dtype=torch.float64))
-    (exchanged * (_rank() + 1)).sum().backward()
-    torch.testing.assert_close(w.grad, torch.arange(1, _size() + 1, dtype=torch.float64))
+    _check_all_to_all_routes_gradients_back(lambda w: funcol.all_to_all_single_autograd(w, None, None, world))
 
 
 def test_functional_collectives_plain_forms():

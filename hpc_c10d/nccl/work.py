@@ -67,8 +67,12 @@ class CUDAWork(Work):
             return cuda.event_passed(self._event)
         except DistBackendError as exc:
             if self._exception is None:
-                self._exception = DistBackendError(f"{self.op_name} on cuda:{self._comm.device}: {exc}")
+                self._exception = self._failed(exc)
             return True
+
+    def _failed(self, cuda_error: DistBackendError) -> DistBackendError:
+        """The operation's error for a CUDA error met while waiting for it."""
+        return DistBackendError(f"{self.op_name} on cuda:{self._comm.device}: {cuda_error}")
 
     def _retire(self) -> None:
         """Complete an operation found finished while pruning; an error stays on the Work (and its
@@ -127,7 +131,7 @@ class CUDAWork(Work):
             try:
                 cuda.wait_for_event(self._event)
             except DistBackendError as exc:
-                self._exception = DistBackendError(f"{self.op_name} on cuda:{self._comm.device}: {exc}")
+                self._exception = self._failed(exc)
             self._raise_async_error()
             self._complete()
 
