@@ -7,7 +7,7 @@ import os
 import secrets
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import fingerprints, flight_recorder, jobenv, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
@@ -18,6 +18,9 @@ from .process_group import ProcessGroup
 from .reduce_op import RedOpType
 from .store import MPIStore, Store
 from .timeouts import check_timeout, default_pg_timeout, timeout_from_env
+
+if TYPE_CHECKING:
+    from .nccl.backend import NCCLBackend
 
 __all__ = [
     "default_pg_timeout", "init_process_group", "destroy_process_group", "is_initialized",
@@ -164,6 +167,22 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         raise ValueError("Invalid process group specified or has been destroyed.")
     _world.groups.remove(group)
     group._destroy()
+
+
+def _drop_after_hang() -> None:
+    """Drop every group after an operation that never completed (the testing kit's time limit),
+    collectively but without touching the groups' communicators' traffic: they may hold operations
+    that will never match, or be revoked. GPU transports are aborted, not drained."""
+    default_group()
+    watchdog.stop()
+    if isinstance(_world.default_store, MPIStore):
+        _world.default_store.close()  # its own communicator and windows, untouched by the hang
+    for pg in reversed(_world.groups):
+        gpu = cast("NCCLBackend | None", pg._transports.get("cuda"))  # or wrappers forwarding to it
+        if gpu is not None:
+            gpu.abort()
+        pg._destroy()
+    _world.reset()
 
 
 def is_initialized() -> bool:

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .nccl.backend import NCCLBackend
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
-           "stop"]
+           "stop", "raise_in"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -207,7 +207,7 @@ class Watchdog:
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
-                self._timed_out(flight.describe(), now - first, limit, lambda text, t=flight.thread: _raise_in(t, text))
+                self._timed_out(flight.describe(), now - first, limit, lambda text, t=flight.thread: raise_in(t, text))
         self._seen = seen
         self._check_gpu_work()
         if not self._answered and os.path.exists(self.alarm_path):
@@ -289,10 +289,11 @@ class Watchdog:
             raise_error(message)
 
 
-def _raise_in(thread: int, message: str) -> None:
-    """Raise DistBackendError(message) in ``thread`` as soon as it runs Python again."""
-    error = type("CollectiveTimeout", (DistBackendError,),
-                 {"__init__": lambda e: DistBackendError.__init__(e, message)})
+def raise_in(thread: int, message: str, kind: type[Exception] = DistBackendError) -> None:
+    """Raise ``kind(message)`` in ``thread`` as soon as it runs Python again (a subclass named
+    CollectiveTimeout for DistBackendError, else ``kind``'s name)."""
+    name = "CollectiveTimeout" if kind is DistBackendError else kind.__name__
+    error = type(name, (kind,), {"__init__": lambda e: kind.__init__(e, message), "__module__": kind.__module__})
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(error))
 
 

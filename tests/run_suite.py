@@ -3,7 +3,9 @@
 
 Stages
   serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
-  n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi tests/
+  n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi --hpc-c10d tests/
+           (--hpc-c10d: hpc_c10d's testing kit, docs/testing_your_code.md: the ranks agree on each
+           test's outcome, only rank 0 reports, a test past 600 s fails with a "who is where" report)
   net n=2,4  the store tests again with the MPI library forced onto its network path
            (MPICH: MPIR_CVAR_NOLOCAL=1; Open MPI: the rdma one-sided component over TCP),
            where one-sided operations need the target's progress, as between nodes
@@ -68,6 +70,11 @@ THIS = Path(__file__).resolve()
 WORKER_FLAG = "--rank-worker"
 # Run again on the MPI library's network path (one-sided progress needs the target).
 STORE_TESTS = ["tests/test_mpi_store.py", "tests/test_store_contract.py"]
+
+# pytest's arguments in every MPI stage: the mpi-marked tests, under the testing kit's plugin (one
+# verdict per test across ranks, only rank 0 reports, a test past its time limit fails with a report).
+MPI_PYTEST_ARGS = ["--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", "-p", "hpc_c10d.testing.pytest_plugin",
+                   "--hpc-c10d", "--hpc-c10d-time-limit", "600"]
 
 # Environment variables that carry the MPI rank, most specific first.
 RANK_VARS = (
@@ -483,7 +490,7 @@ def main(argv: list[str]) -> int:
                 st.cmd = [
                     *_launch.mpiexec_command(n, mpiexec),
                     sys.executable, str(THIS), WORKER_FLAG, str(results_dir), st.tag, "--",
-                    "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *where,
+                    *MPI_PYTEST_ARGS, *common, *extra, *where,
                 ]
             stages.append(st)
 
@@ -497,7 +504,7 @@ def main(argv: list[str]) -> int:
             "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit",
             f"--mpi={flavour.srun_mpi}", "--kill-on-bad-exit=1",
             sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
-            "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+            *MPI_PYTEST_ARGS, *common, *extra, *paths,
         ]))
 
     # Multi-node stages: each layout under the simulated cluster's mpiexec (Hydra, from node1) and srun.
@@ -523,7 +530,7 @@ def main(argv: list[str]) -> int:
             stages.append(Stage(name, tag, n, env=stage_env, cmd=[
                 "timeout", "-k", "10", f"{args.timeout:.0f}", *_launch.sim_cluster_command(*launch[name]), "--",
                 sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--",
-                "--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", *common, *extra, *paths,
+                *MPI_PYTEST_ARGS, *common, *extra, *paths,
             ]))
 
     t_start = time.monotonic()

@@ -1,0 +1,150 @@
+"""The per-test time limit: a thread that frees, or stands in for, a test stuck past its limit.
+
+When a phase (setup, call, teardown) of a test is still running at its deadline, the thread
+records what the main thread is inside (``flight_recorder``) and a snapshot for the "who is
+where" report, then, in order, until the main thread comes back to pytest:
+
+1. raises ``TimeLimitExceeded`` in the main thread: enough when it runs Python (a ``Work.wait``
+   with a timeout, a store wait, a loop);
+2. revokes every group's communicator where the MPI library supports it (ULFM: Open MPI 5 under
+   ``mpiexec --with-ft ulfm``), which ends a blocking MPI call on every rank with an error;
+3. otherwise the main thread is blocked inside MPI for good: ``on_stuck`` is called from this
+   thread, to take the main thread's part in the verdict and end the run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import flight_recorder
+from .._state import _world
+from ..watchdog import raise_in
+
+__all__ = ["TimeLimitExceeded", "Expiry", "TimeLimit", "revocable"]
+
+_INTERRUPT_WAIT_S = 1.0  # for the main thread to come back once interrupted
+_REVOKE_WAIT_S = 5.0  # for a blocking MPI call to return once its communicator is revoked
+_HARNESS = (f"{os.sep}_pytest{os.sep}", f"{os.sep}pluggy{os.sep}")  # the frames left out of a stack
+
+
+class TimeLimitExceeded(TimeoutError):
+    """A test phase ran past its time limit."""
+
+
+@dataclass
+class Expiry:
+    """What the main thread was doing when its phase's time limit passed."""
+
+    message: str  # "time limit of 2 s exceeded in all_reduce seq 3 of group 0 float32[4]"
+    snapshot: dict[str, Any]  # this rank's flight-recorder snapshot then
+    stack: str  # the main thread's Python stack then
+
+
+def revocable(MPI: Any) -> bool:
+    """Whether revoking a communicator ends the calls blocked on it (ULFM is switched on)."""
+    if not hasattr(MPI.Comm, "Revoke"):
+        return False
+    if MPI.Get_library_version().startswith("Open MPI"):
+        return os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true", "yes", "on")
+    return os.environ.get("MPIR_CVAR_ENABLE_FT", "").strip() == "1"  # MPICH built with ULFM
+
+
+def _own_frames(frame: Any) -> traceback.StackSummary:
+    """The stack that ends in ``frame``, from the first frame below pytest's and pluggy's own."""
+    frames = traceback.extract_stack(frame)
+    theirs = [i for i, f in enumerate(frames) if any(part in f.filename for part in _HARNESS)]
+    return traceback.StackSummary.from_list(frames[theirs[-1] + 1 if theirs else 0:])
+
+
+class TimeLimit:
+    """The watching thread; ``start_phase``/``end_phase`` bracket each phase, from the main thread."""
+
+    def __init__(self, MPI: Any, on_stuck: Callable[[Expiry], None]) -> None:
+        self._MPI, self._on_stuck = MPI, on_stuck
+        self._main: int = threading.main_thread().ident or 0
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._limit = 0.0
+        self._running = False  # a phase is between start_phase and end_phase
+        self._expiry: Expiry | None = None
+        self._stuck = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="hpc_c10d-test-time-limit", daemon=True)
+        self._thread.start()
+
+    def start_phase(self, deadline: float, limit: float) -> None:
+        with self._cond:
+            self._deadline, self._limit, self._running, self._expiry = deadline, limit, True, None
+            self._cond.notify()
+
+    def end_phase(self) -> Expiry | None:
+        """The phase is over (the main thread is back in pytest): its expiry, if its limit passed.
+        Never returns once the thread has taken over a stuck rank (the run is ending)."""
+        while True:
+            try:
+                with self._cond:
+                    while self._stuck:
+                        self._cond.wait()
+                    self._running = False
+                    self._deadline = None
+                    self._cond.notify_all()
+                    if self._expiry is not None:  # an interruption still pending must not hit pytest
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), None)
+                    return self._expiry
+            except TimeLimitExceeded:  # it arrived here, after the phase: the phase has failed already
+                continue
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stop:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._deadline = None
+                self._expire()
+
+    def _expire(self) -> None:
+        """Called with the condition held, the deadline passed and the phase still running."""
+        frame = sys._current_frames().get(self._main)
+        mine = [f for f in flight_recorder.in_flight() if f.thread == self._main]
+        inside = mine[0].describe() if mine else "Python code (no hpc_c10d operation)"
+        message = f"time limit of {self._limit:g} s exceeded in {inside}"
+        snapshot = flight_recorder.snapshot(message, skip=threading.get_ident())
+        stack = "".join(traceback.format_list(_own_frames(frame))) if frame is not None else ""
+        self._expiry = Expiry(message, snapshot, stack)
+        raise_in(self._main, message, TimeLimitExceeded)
+        if self._wait_for_main(_INTERRUPT_WAIT_S):
+            return
+        if revocable(self._MPI):
+            for pg in list(_world.groups):
+                pg._comm.Revoke()
+            if self._wait_for_main(_REVOKE_WAIT_S):
+                return
+        self._stuck = True
+        self._cond.release()
+        try:
+            self._on_stuck(self._expiry)  # ends the process
+        finally:
+            self._cond.acquire()
+
+    def _wait_for_main(self, seconds: float) -> bool:
+        self._cond.wait_for(lambda: not self._running, seconds)
+        return not self._running
