@@ -74,6 +74,8 @@ class TimeLimit:
         self._deadline: float | None = None
         self._limit = 0.0
         self._running = False  # a phase is between start_phase and end_phase
+        self._waking_at: float | None = None  # when the thread wakes next (None: when notified)
+        self._phases = 0  # phases started so far
         self._expiry: Expiry | None = None
         self._stuck = False
         self._stop = False
@@ -83,7 +85,9 @@ class TimeLimit:
     def start_phase(self, deadline: float, limit: float) -> None:
         with self._cond:
             self._deadline, self._limit, self._running, self._expiry = deadline, limit, True, None
-            self._cond.notify()
+            self._phases += 1
+            if self._waking_at is None or deadline < self._waking_at:  # else it wakes early and sleeps on:
+                self._cond.notify()  # no thread switch per phase (each costs the main thread the GIL)
 
     def end_phase(self) -> Expiry | None:
         """The phase is over (the main thread is back in pytest): its expiry, if its limit passed.
@@ -95,8 +99,8 @@ class TimeLimit:
                         self._cond.wait()
                     self._running = False
                     self._deadline = None
-                    self._cond.notify_all()
-                    if self._expiry is not None:  # an interruption still pending must not hit pytest
+                    if self._expiry is not None:  # the thread waits for this; an interruption still
+                        self._cond.notify_all()  # pending must not hit pytest
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._main), None)
                     return self._expiry
             except TimeLimitExceeded:  # it arrived here, after the phase: the phase has failed already
@@ -111,14 +115,15 @@ class TimeLimit:
     def _run(self) -> None:
         with self._cond:
             while not self._stop:
-                if self._deadline is None:
+                self._waking_at = self._deadline if self._running else None
+                if self._waking_at is None:
                     self._cond.wait()
                     continue
-                left = self._deadline - time.monotonic()
+                left = self._waking_at - time.monotonic()
                 if left > 0:
                     self._cond.wait(left)
                     continue
-                self._deadline = None
+                self._deadline = self._waking_at = None
                 self._expire()
 
     def _expire(self) -> None:
@@ -146,5 +151,7 @@ class TimeLimit:
             self._cond.acquire()
 
     def _wait_for_main(self, seconds: float) -> bool:
-        self._cond.wait_for(lambda: not self._running, seconds)
-        return not self._running
+        """Whether the main thread ended the expired phase within ``seconds`` (it may have started
+        the next one since)."""
+        phase = self._phases
+        return self._cond.wait_for(lambda: not self._running or self._phases != phase, seconds)
