@@ -103,6 +103,17 @@ def warn_not_in_group(op_name: str) -> None:
                   "which does not belong to the given group.", stacklevel=3)
 
 
+def world_if_rank_in_it(group: Any, global_rank: Any, group_rank: Any) -> ProcessGroup | None:
+    """The default group when a call names it implicitly (``group`` and ``group_rank`` None) and
+    ``global_rank`` is an int in its range, where global and group ranks are the same number (the
+    hot paths' test, so they skip ``to_group_rank``); None otherwise."""
+    if group is None and group_rank is None and type(global_rank) is int:
+        pg = _world.default_pg
+        if pg is not None and 0 <= global_rank < pg._size:
+            return pg
+    return None
+
+
 def to_group_rank(pg: ProcessGroup, global_rank: int | None, group_rank: int | None,
                   name: str, default: int | None = None) -> int:
     """Turn ``src``/``group_src`` (or dst/peer) into a group rank, with torch's rules."""

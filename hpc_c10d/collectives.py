@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ._state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group
+from ._state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp
 from .work import Work, combine_works
@@ -48,6 +48,9 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: ProcessGroup | None =
 def broadcast(tensor: Any, src: int | None = None, group: ProcessGroup | None = None,
               async_op: bool = False, group_src: int | None = None) -> Work | None:
     """Copy ``src``'s tensor into every rank's tensor."""
+    pg = world_if_rank_in_it(group, src, group_src)
+    if pg is not None:  # the hot path; elsewhere the general path resolves src and says what is wrong
+        return pg._broadcast(tensor, src, async_op)
     pg = _member(group, "broadcast")
     if pg is None:
         return None
@@ -58,6 +61,9 @@ def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM,
            group: ProcessGroup | None = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Reduce ``tensor`` over the group into ``dst``'s tensor; other ranks' stay unchanged."""
+    pg = world_if_rank_in_it(group, dst, group_dst)
+    if pg is not None:  # the hot path, as in broadcast
+        return pg._reduce(tensor, dst, op, async_op)
     pg = _member(group, "reduce")
     if pg is None:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._state import resolve_group, to_group_rank, warn_not_in_group
+from ._state import resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .process_group import ProcessGroup
 from .work import Work
 
@@ -25,6 +25,10 @@ def _peer(pg: ProcessGroup, rank: int | None, group_rank: int | None, name: str,
 def send(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to ``dst``; returns once the buffer may be reused."""
+    pg = world_if_rank_in_it(group, dst, group_dst)
+    if pg is not None:  # the hot path: dst is a group rank as it is
+        pg._send(tensor, dst, tag, False)
+        return
     pg = resolve_group(group)
     if pg is None:
         warn_not_in_group("send")
@@ -35,6 +39,9 @@ def send(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None,
 def recv(tensor: Any, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from ``src`` (any rank if None); return the sender's global rank."""
+    pg = world_if_rank_in_it(group, src, group_src)
+    if pg is not None:  # the hot path: src is a group rank as it is, and the sender's too
+        return pg._recv(tensor, src, tag, False)
     pg = resolve_group(group)
     if pg is None:
         warn_not_in_group("recv")
@@ -46,6 +53,9 @@ def recv(tensor: Any, src: int | None = None, group: ProcessGroup | None = None,
 def isend(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
           group_dst: int | None = None) -> Work | None:
     """Start sending ``tensor`` to ``dst``; return a Work."""
+    pg = world_if_rank_in_it(group, dst, group_dst)
+    if pg is not None:  # the hot path, as in send
+        return pg._send(tensor, dst, tag, True)
     pg = resolve_group(group)
     if pg is None:
         warn_not_in_group("isend")
@@ -56,6 +66,9 @@ def isend(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None
 def irecv(tensor: Any, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
           group_src: int | None = None) -> Work | None:
     """Start receiving into ``tensor`` from ``src`` (any rank if None); return a Work."""
+    pg = world_if_rank_in_it(group, src, group_src)
+    if pg is not None:  # the hot path, as in send
+        return pg._recv(tensor, src, tag, True)
     pg = resolve_group(group)
     if pg is None:
         warn_not_in_group("irecv")

@@ -226,7 +226,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _broadcast(self, tensor, root, async_op):
         t = self._cpu
-        if t is not None and self._in_range(root) and (
+        if t is not None and type(root) is int and 0 <= root < self._size and (  # _in_range, inlined
                 plain_output(tensor) or (root == self._rank and plain_input(tensor))):
             self._seq += 1
             return t.broadcast(tensor, root, async_op, tensor)
@@ -238,8 +238,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _reduce(self, tensor, root, op, async_op):
         t = self._cpu
-        if t is not None and type(op) is RedOpType and self._in_range(root) and (
-                plain_output(tensor)):
+        if t is not None and type(op) is RedOpType and type(root) is int and 0 <= root < self._size and (
+                plain_output(tensor)):  # _in_range, inlined
             self._seq += 1
             return t.reduce(tensor, root, op, async_op, tensor)
         check_reduce_op(op, "reduce")

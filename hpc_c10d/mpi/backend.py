@@ -154,10 +154,28 @@ class MPIBackend(Transport):
                            [user], average, (buf, send))
 
     def broadcast(self, buf, root, async_op, user):
-        args = ((buf, mpi_datatype(buf.dtype)), root)
-        return self._issue(self._comm.Bcast, self._comm.Ibcast, args, async_op, [user], None, buf)
+        data = (buf, mpi_datatype(buf.dtype))
+        try:  # _issue, inlined: the hot path
+            if async_op:
+                return Work([self._comm.Ibcast(data, root)], [user], None, buf)
+            self._comm.Bcast(data, root)
+        except MPI.Exception as exc:
+            raise mpi_failure(exc) from exc
+        return None
 
     def reduce(self, buf, root, op, async_op, user):
+        if type(op) is RedOpType:  # the hot path, as in allreduce
+            red = REDUCTIONS[op].get(buf.dtype) or reduction(op, buf.dtype, "reduce")
+            if not red.average:
+                mine = (buf, red.datatype)
+                args = (_IN_PLACE, mine, red.op, root) if self._rank == root else (mine, None, red.op, root)
+                try:
+                    if async_op:
+                        return Work([self._comm.Ireduce(*args)], [user], None, buf)
+                    self._comm.Reduce(*args)
+                except MPI.Exception as exc:
+                    raise mpi_failure(exc) from exc
+                return None
         red, factor, average = self._reduction(buf, op, "reduce")
         mine = (buf, red.datatype)
         send = mine if factor is None else (_scaled(buf, factor), red.datatype)
@@ -269,8 +287,14 @@ class MPIBackend(Transport):
         return self._issue(self._comm.Barrier, self._comm.Ibarrier, (), async_op, [])
 
     def send(self, buf, peer, tag, async_op, user):
-        args = ((buf, mpi_datatype(buf.dtype)), peer, tag)
-        return self._issue(self._comm.Send, self._comm.Isend, args, async_op, [user], None, buf)
+        data = (buf, mpi_datatype(buf.dtype))
+        try:  # _issue, inlined: the hot path
+            if async_op:
+                return Work([self._comm.Isend(data, peer, tag)], [user], None, buf)
+            self._comm.Send(data, peer, tag)
+        except MPI.Exception as exc:
+            raise mpi_failure(exc) from exc
+        return None
 
     def recv(self, buf, peer, tag, async_op, user):
         source = MPI.ANY_SOURCE if peer is None else peer
