@@ -167,12 +167,12 @@ class MPIBackend(Transport):
         if type(op) is RedOpType:  # the hot path, as in allreduce
             red = REDUCTIONS[op].get(buf.dtype) or reduction(op, buf.dtype, "reduce")
             if not red.average:
-                mine = (buf, red.datatype)
-                args = (_IN_PLACE, mine, red.op, root) if self._rank == root else (mine, None, red.op, root)
+                data = (buf, red.datatype)
+                call = (_IN_PLACE, data, red.op, root) if self._rank == root else (data, None, red.op, root)
                 try:
                     if async_op:
-                        return Work([self._comm.Ireduce(*args)], [user], None, buf)
-                    self._comm.Reduce(*args)
+                        return Work([self._comm.Ireduce(*call)], [user], None, buf)
+                    self._comm.Reduce(*call)
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
