@@ -44,7 +44,8 @@ def run_cases(tmp_path, case, ranks, *args, launcher_flags=()):
 
 def summary(output):
     """pytest's last line on rank 0, e.g. '1 failed, 2 passed in 0.31s', without the colours."""
-    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|skipped)", line)]
+    # pytest's own line ends "in 0.31s"; MPI's warnings may say "... fd 21 failed" after it
+    lines = [line for line in output.splitlines() if re.search(r"\d+ (passed|failed|skipped).* in [\d.]+s", line)]
     assert lines, output
     return re.sub(r"=+|\x1b\[[0-9;]*m", "", lines[-1]).strip()
 
