@@ -193,13 +193,7 @@ class DistributedRun:
             item.session.shouldstop = f"hpc_c10d: {self.ended}"
 
     def _agree(self, item: pytest.Item, when: str, mine: Any) -> Any:
-        from .verdict import agree
-
-        patience = self._limit + _PATIENCE_MARGIN_S
-        try:
-            verdict = agree(self.comm, mine, patience, f"{item.nodeid} ({when})")
-        except TimeoutError as exc:
-            self._abort(f"hpc_c10d: {exc}; ending the job")
+        verdict = self._exchange(mine, f"{item.nodeid} ({when})")
         if verdict.stuck_ranks:
             self.ended = verdict.crash
         elif verdict.timed_out_ranks:
@@ -225,16 +219,13 @@ class DistributedRun:
     def _stand_in(self, expiry: Any) -> None:
         """Called from the time-limit thread: the main thread is blocked inside MPI for good.
         Take its part in the verdict, have rank 0 print the report and the tally, end the process."""
-        from .verdict import FAILED, RankOutcome, agree
+        from .verdict import FAILED, RankOutcome
 
         item = self._item
         name = item.nodeid if item is not None else "(between tests)"
         mine = RankOutcome(FAILED, f"{expiry.message}\nthe test's stack then:\n{expiry.stack}", expiry.message,
                            expiry.message, True, expiry.snapshot)
-        try:
-            verdict = agree(self.comm, mine, self._limit + _PATIENCE_MARGIN_S, name)
-        except TimeoutError as exc:
-            self._abort(f"hpc_c10d: {exc}; ending the job")
+        verdict = self._exchange(mine, name)
         if self.rank == 0:
             capture = self._config.pluginmanager.get_plugin("capturemanager")
             if capture is not None:
@@ -257,9 +248,17 @@ class DistributedRun:
         sys.stderr.flush()
         os._exit(status)
 
-    def _abort(self, message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-        self.comm.Abort(1)
+    def _exchange(self, mine: Any, what: str) -> Any:
+        """This rank's part of the verdict (``verdict.agree``); a rank that never comes within the
+        test's limit and a margin ends the job."""
+        from .verdict import agree
+
+        try:
+            return agree(self.comm, mine, self._limit + _PATIENCE_MARGIN_S, what)
+        except TimeoutError as exc:
+            print(f"hpc_c10d: {exc}; ending the job", file=sys.stderr, flush=True)
+            self.comm.Abort(1)
+            raise  # Abort does not return
 
     # ------------------------------------------------------------------ the default group
     def _renew_world(self) -> None:
@@ -337,6 +336,7 @@ def dist_world_size(dist_world: Any) -> int:
 def dist_new_group(dist_world: Any) -> Iterator[Callable[..., Any]]:
     """``dist_new_group(ranks=None, **kwargs)``: ``new_group`` (collective), destroyed after the test."""
     from .. import groups, lifecycle
+    from ..process_group import ProcessGroup
 
     made: list[Any] = []
     world = dist_world
@@ -351,7 +351,7 @@ def dist_new_group(dist_world: Any) -> Iterator[Callable[..., Any]]:
 
     if _world.default_pg is world:  # not made afresh meanwhile (its groups are gone then)
         for group in reversed(made):
-            if isinstance(group, type(world)):
+            if isinstance(group, ProcessGroup):  # not GroupMember.NON_GROUP_MEMBER
                 lifecycle.destroy_process_group(group)
 
 

@@ -69,12 +69,10 @@ def poll(request: Any, patience_s: float, what: str) -> None:
 def agree(comm: Any, mine: RankOutcome, patience_s: float, what: str) -> Verdict:
     """Exchange ``mine`` with every rank of ``comm`` (collective) and return the verdict."""
     size = comm.Get_size()
-    if size == 1:
-        codes = np.array([[mine.code, bool(mine.timed_out), mine.stuck, 0]], dtype=np.int64)
-    else:
-        codes = np.empty((size, 4), dtype=np.int64)
-        poll(comm.Iallgather(np.array([mine.code, bool(mine.timed_out), mine.stuck, 0], dtype=np.int64), codes),
-             patience_s, what)
+    codes = np.array([[mine.code, bool(mine.timed_out), mine.stuck, 0]], dtype=np.int64)
+    if size > 1:
+        row, codes = codes, np.empty((size, 4), dtype=np.int64)
+        poll(comm.Iallgather(row, codes), patience_s, what)
     failed = [int(r) for r in np.flatnonzero(codes[:, 0] == FAILED)]
     timed_out = [int(r) for r in np.flatnonzero(codes[:, 1])]
     stuck = [int(r) for r in np.flatnonzero(codes[:, 2])]
