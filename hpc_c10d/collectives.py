@@ -88,6 +88,9 @@ def gather(tensor: Any, gather_list: list | None = None, dst: int | None = None,
            group: ProcessGroup | None = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Gather every rank's tensor into ``gather_list`` on ``dst`` (default: rank 0)."""
+    pg = world_if_rank_in_it(group, dst, group_dst)
+    if pg is not None:  # the hot path, as in broadcast
+        return pg._gather(tensor, gather_list, dst, async_op)
     pg = _member(group, "gather")
     if pg is None:
         return None
@@ -98,6 +101,9 @@ def scatter(tensor: Any, scatter_list: list | None = None, src: int | None = Non
             group: ProcessGroup | None = None, async_op: bool = False,
             group_src: int | None = None) -> Work | None:
     """Send ``scatter_list[i]`` from ``src`` (default: rank 0) to rank i's tensor."""
+    pg = world_if_rank_in_it(group, src, group_src)
+    if pg is not None:  # the hot path, as in broadcast
+        return pg._scatter(tensor, scatter_list, src, async_op)
     pg = _member(group, "scatter")
     if pg is None:
         return None

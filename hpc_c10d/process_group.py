@@ -60,9 +60,9 @@ def _plain_blocks(blocks: Any, like: np.ndarray, size: int, writable: bool) -> b
     list check; anything else goes through the full validation and its errors)."""
     if type(blocks) is not list or len(blocks) != size:
         return False
-    dtype, n = like.dtype, like.size
+    dtype, n, ndarray = like.dtype, like.size, np.ndarray
     for block in blocks:
-        if type(block) is not np.ndarray or block.dtype != dtype or block.size != n:
+        if type(block) is not ndarray or block.size != n or (block.dtype is not dtype and block.dtype != dtype):
             return False
         flags = block.flags
         if not flags.c_contiguous or (writable and not flags.writeable):
@@ -290,7 +290,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _gather(self, tensor, gather_list, root, async_op):
         t = self._cpu
-        if t is not None and self._in_range(root) and plain_input(tensor) and (
+        if t is not None and type(root) is int and 0 <= root < self._size and plain_input(tensor) and (
                 _plain_blocks(gather_list, tensor, self._size, True) if root == self._rank else not gather_list):
             self._seq += 1
             return t.gather_list(gather_list, tensor, root, async_op, gather_list or [])
@@ -307,7 +307,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _scatter(self, tensor, scatter_list, root, async_op):
         t = self._cpu
-        if t is not None and self._in_range(root) and plain_output(tensor) and (
+        if t is not None and type(root) is int and 0 <= root < self._size and plain_output(tensor) and (
                 _plain_blocks(scatter_list, tensor, self._size, False) if root == self._rank else not scatter_list):
             self._seq += 1
             return t.scatter_list(tensor, scatter_list, root, async_op, tensor)

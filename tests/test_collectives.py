@@ -720,3 +720,30 @@ def test_list_collectives_into_separately_allocated_blocks(world, rank, size, as
         if async_op:
             work.wait()
         assert_same(out, rank_data((5,), dt, 20 + rank))
+
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_small_list_collectives_in_flight_together_into_blocks_of_other_shapes(world, rank, size, async_op):
+    """Small list collectives go through kept staging buffers: several in flight at once each have
+    their own, and a block may have another shape than the input and its neighbours (same size)."""
+    shapes = [(16,), (4, 4), (2, 4, 2)]
+    gathered = [[np.full(shapes[(r + k) % 3], -1.0) for r in range(size)] for k in range(3)]
+    collected = [[np.full(shapes[(r + k + 1) % 3], -1.0) for r in range(size)] if rank == 0 else None
+                 for k in range(3)]
+    scattered = [np.full(shapes[k], -1.0) for k in range(3)]
+    works = []
+    for k in range(3):
+        works.append(dist.all_gather(gathered[k], rank_data((16,), np.float64, rank + 4 * k), async_op=async_op))
+        works.append(dist.gather(rank_data((4, 4), np.float64, rank + 4 * k), collected[k], dst=0,
+                                 async_op=async_op))
+        sources = [rank_data(shapes[(r + k) % 3], np.float64, r + 4 * k) for r in range(size)]
+        works.append(dist.scatter(scattered[k], sources if rank == 0 else None, src=0, async_op=async_op))
+    for work in reversed(works):
+        if async_op:
+            work.wait()
+    for k in range(3):
+        for r in range(size):
+            assert_same(gathered[k][r].reshape(-1), rank_data((16,), np.float64, r + 4 * k))
+            if rank == 0:
+                assert_same(collected[k][r].reshape(-1), rank_data((16,), np.float64, r + 4 * k))
+        assert_same(scattered[k].reshape(-1), rank_data((16,), np.float64, rank + 4 * k).reshape(-1))

@@ -74,6 +74,23 @@ def test_async_work_wait_and_future():
     torch.testing.assert_close(doubled.wait(), expected * _size() * 2)
 
 
+def test_a_blocking_calls_handle_is_finished_and_holds_that_calls_outputs():
+    """With asyncOp false the group hands back a finished handle (one object, reused between
+    blocking calls); its result() is the outputs of the call that returned it."""
+    from torch._C._distributed_c10d import AllreduceOptions, BroadcastOptions
+
+    backend = tdist.group.WORLD._get_backend(torch.device("cpu"))
+    reduce_opts, broadcast_opts = AllreduceOptions(), BroadcastOptions()
+    reduce_opts.asyncOp = broadcast_opts.asyncOp = False
+    for value in (1.0, 2.0):
+        summed, copied = torch.full((3,), value), torch.full((2,), value + _rank())
+        work = backend.allreduce([summed], reduce_opts)
+        assert work.is_completed() and work.wait() and work.result()[0] is summed
+        torch.testing.assert_close(summed, torch.full((3,), value * _size()))
+        work = backend.broadcast([copied], broadcast_opts)  # rootRank 0
+        assert work.is_completed() and work.result()[0] is copied
+        torch.testing.assert_close(copied, torch.full((2,), value))
+
 def test_broadcast_from_every_root():
     for root in range(_size()):
         t = torch.full((4,), float(_rank()), dtype=torch.bfloat16)

@@ -2,13 +2,17 @@
 
 Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
 ones and returns a ``Work`` that keeps every buffer alive until completion. ``all_gather`` into
-a list, ``gather`` and ``scatter`` read and write the list's blocks where they lie
-(``scattered.py``); ``reduce_scatter`` from a list and ``all_to_all`` between lists stage through
-one contiguous buffer (a view when the blocks lie back to back) and the ``v`` variants.
+a list, ``gather`` and ``scatter`` move small messages through a kept staging buffer
+(``staging.py``) and larger ones where the list's blocks lie (``scattered.py``);
+``reduce_scatter`` from a list (a reduction reads one contiguous buffer of a basic type) stages
+small messages the same way; larger ones, and ``all_to_all`` between lists (blocks of any sizes),
+stage through one contiguous buffer, allocated per call unless the blocks lie back to back (then
+a view), and the ``v`` variants.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,6 +25,7 @@ from ..work import ReceiveWork, Work
 from .failures import mpi_failure, short_receive
 from .ops import REDUCTIONS, mpi_datatype, reduction
 from .scattered import place
+from .staging import SEND_STAGE_MAX_BYTES, STAGE_MAX_BYTES, take
 
 __all__ = ["MPIBackend"]
 
@@ -197,8 +202,23 @@ class MPIBackend(Transport):
         return self._issue(self._comm.Allgather, self._comm.Iallgather, args, async_op,
                            [user], None, (out, inp))
 
+    def _staged(self, blocking, nonblocking, args, async_op, user, staging, outs, keep, then=None):
+        """``_issue`` for an operation through ``staging``, released afterwards (``Staging.release``)."""
+        try:
+            if async_op:
+                return Work([nonblocking(*args)], user, partial(staging.release, outs, then), keep)
+            blocking(*args)
+        except MPI.Exception as exc:
+            raise mpi_failure(exc) from exc
+        staging.release(outs, then)
+        return None
+
     def allgather_list(self, outs, inp, async_op, user):
         datatype = mpi_datatype(inp.dtype)
+        if inp.nbytes * self._size <= STAGE_MAX_BYTES:  # small: see staging.py
+            kept = take(inp.dtype, outs[0].shape, self._size)
+            args: tuple[Any, ...] = ((inp, datatype), (kept.whole, datatype))
+            return self._staged(self._comm.Allgather, self._comm.Iallgather, args, async_op, user, kept, outs, inp)
         blocks, in_place = place(outs, inp, self._rank)
         if blocks is not None:  # into the blocks where they lie
             args = (_IN_PLACE if in_place else (inp, datatype), blocks)
@@ -213,34 +233,47 @@ class MPIBackend(Transport):
     def gather_list(self, outs, inp, root, async_op, user):
         datatype = mpi_datatype(inp.dtype)
         send: Any = (inp, datatype)
-        recv: Any = None
+        small = inp.nbytes * self._size <= STAGE_MAX_BYTES  # the same answer on every rank
+        if self._rank != root:
+            gather = (self._comm.Gather, self._comm.Igather) if small else (self._comm.Gatherv, self._comm.Igatherv)
+            return self._issue(*gather, (send, None, root), async_op, user, None, inp)
+        if small:  # see staging.py
+            kept = take(inp.dtype, outs[0].shape, self._size)
+            args = (send, (kept.whole, datatype), root)
+            return self._staged(self._comm.Gather, self._comm.Igather, args, async_op, user, kept, outs, inp)
         finish = staging = None
-        if self._rank == root:
-            recv, in_place = place(outs, inp, root)
-            if recv is not None:  # into the blocks where they lie
-                send = _IN_PLACE if in_place else send
-            else:  # see place(): staged
-                counts = [o.size for o in outs]
-                staging, finish = _landing(outs, inp.dtype, [inp])
-                recv = (staging, counts, displacements(counts), datatype)
+        recv, in_place = place(outs, inp, root)
+        if recv is not None:  # into the blocks where they lie
+            send = _IN_PLACE if in_place else send
+        else:  # see place(): staged
+            counts = [o.size for o in outs]
+            staging, finish = _landing(outs, inp.dtype, [inp])
+            recv = (staging, counts, displacements(counts), datatype)
         return self._issue(self._comm.Gatherv, self._comm.Igatherv, (send, recv, root), async_op,
                            user, finish, (outs, inp, staging))
 
     def scatter_list(self, out, inps, root, async_op, user):
         datatype = mpi_datatype(out.dtype)
         recv: Any = (out, datatype)
-        send: Any = None
-        staging = None
-        if self._rank == root:
-            send, in_place = place(inps, out, root)
-            if send is not None:  # from the blocks where they lie
-                recv = _IN_PLACE if in_place else recv
-            else:  # see place(): staged
-                staging = _concatenate(inps, out.dtype, [out])
-                counts = [i.size for i in inps]
-                send = (staging, counts, displacements(counts), datatype)
+        small = out.nbytes * self._size <= SEND_STAGE_MAX_BYTES  # the same answer on every rank
+        if self._rank != root:
+            scatter = (self._comm.Scatter, self._comm.Iscatter) if small else (self._comm.Scatterv, self._comm.Iscatterv)
+            return self._issue(*scatter, (None, recv, root), async_op, [user], None, out)
+        if small:  # see staging.py
+            kept = take(out.dtype, inps[0].shape, self._size)
+            kept.fill_from(inps)
+            args = ((kept.whole, datatype), recv, root)
+            return self._staged(self._comm.Scatter, self._comm.Iscatter, args, async_op, [user], kept, None, out)
+        staged = None
+        send, in_place = place(inps, out, root)
+        if send is not None:  # from the blocks where they lie
+            recv = _IN_PLACE if in_place else recv
+        else:  # see place(): staged
+            staged = _concatenate(inps, out.dtype, [out])
+            counts = [i.size for i in inps]
+            send = (staged, counts, displacements(counts), datatype)
         return self._issue(self._comm.Scatterv, self._comm.Iscatterv, (send, recv, root), async_op,
-                           [user], None, (out, inps, staging))
+                           [user], None, (out, inps, staged))
 
     def reduce_scatter(self, out, inp, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
@@ -253,6 +286,13 @@ class MPIBackend(Transport):
 
     def reduce_scatter_list(self, out, inps, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
+        if out.nbytes * self._size <= STAGE_MAX_BYTES:  # small: see staging.py (the same answer on every rank)
+            kept = take(out.dtype, inps[0].shape, self._size)
+            kept.fill_from(inps)
+            send = kept.whole if factor is None else _scaled(kept.whole, factor)
+            args: tuple[Any, ...] = ((send, red.datatype), (out, red.datatype), red.op)
+            return self._staged(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block, args,
+                                async_op, [user], kept, None, (out, send), average)
         staging = _concatenate(inps, out.dtype, [out])
         if factor is not None:
             staging = _scaled(staging, factor)

@@ -74,7 +74,7 @@ def lean_reduction(op: Any, dtype: torch.dtype) -> Reduction | None:
 
 def cpu_buffer(tensor: torch.Tensor) -> Any:
     """Return a writable MPI buffer over a contiguous CPU tensor's bytes (no copy, no numpy)."""
-    return _fromaddress(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+    return _fromaddress(tensor.data_ptr(), tensor.nbytes)
 
 
 def as_view(tensor: Any) -> Any:
