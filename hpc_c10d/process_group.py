@@ -202,10 +202,6 @@ class ProcessGroup(TorchProcessGroupAPI):
             raise ValueError(f"{name}: all arrays must be on one device type, got {sorted(devices)}")
         return self._transport_for_device(devices.pop() if devices else "cpu")
 
-    def _in_range(self, rank: Any) -> bool:
-        """Whether ``rank`` is an int naming a rank of the group (the hot paths' test)."""
-        return type(rank) is int and 0 <= rank < self._size
-
     def _check_root(self, root: int, name: str) -> None:
         if not 0 <= root < self._size:
             raise ValueError(f"{name}: group rank {root} is out of range for a group of size {self._size}")
@@ -226,7 +222,7 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     def _broadcast(self, tensor, root, async_op):
         t = self._cpu
-        if t is not None and type(root) is int and 0 <= root < self._size and (  # _in_range, inlined
+        if t is not None and type(root) is int and 0 <= root < self._size and (  # a group rank in range
                 plain_output(tensor) or (root == self._rank and plain_input(tensor))):
             self._seq += 1
             return t.broadcast(tensor, root, async_op, tensor)
@@ -239,7 +235,7 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _reduce(self, tensor, root, op, async_op):
         t = self._cpu
         if t is not None and type(op) is RedOpType and type(root) is int and 0 <= root < self._size and (
-                plain_output(tensor)):  # _in_range, inlined
+                plain_output(tensor)):  # a group rank in range
             self._seq += 1
             return t.reduce(tensor, root, op, async_op, tensor)
         check_reduce_op(op, "reduce")
@@ -421,18 +417,10 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
         return t, arr, peer, _check_tag(tag)
 
-    def _plain_p2p(self, peer, tag, async_op, any_source=False) -> bool:
-        """A peer and tag the hot paths take as they are: ints in range, not this rank when blocking
-        (None, any rank, where ``any_source``)."""
-        if type(tag) is not int or tag < 0:
-            return False
-        if peer is None:
-            return any_source
-        return self._in_range(peer) and (async_op or peer != self._rank)
-
     def _send(self, tensor, peer, tag, async_op):
-        t = self._cpu
-        if t is not None and self._plain_p2p(peer, tag, async_op) and plain_input(tensor):
+        t = self._cpu  # the hot path: an int peer in range (not this rank when blocking) and tag, a plain array
+        if t is not None and type(peer) is int and 0 <= peer < self._size and (async_op or peer != self._rank) and (
+                type(tag) is int and tag >= 0 and plain_input(tensor)):
             self._p2p_seq += 1
             return t.send(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
@@ -440,8 +428,9 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t.send(arr, peer, tag, async_op, tensor)
 
     def _recv(self, tensor, peer, tag, async_op):
-        t = self._cpu
-        if t is not None and self._plain_p2p(peer, tag, async_op, any_source=True) and plain_output(tensor):
+        t = self._cpu  # the hot path, as in _send; peer None is any rank
+        if t is not None and (peer is None or type(peer) is int and 0 <= peer < self._size and (
+                async_op or peer != self._rank)) and type(tag) is int and tag >= 0 and plain_output(tensor):
             self._p2p_seq += 1
             return t.recv(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
