@@ -376,6 +376,40 @@ def test_all_to_all_scalars_and_noncontiguous_inputs(world, rank, size):
         assert_same(out0[p], np.array(10 * p + rank, np.int64))
 
 
+def test_all_to_all_lists_that_share_memory(world, rank, size):
+    """Blocks are read and written where they lie unless outputs overlap inputs or each other;
+    then every input is read before any output is written, as if staged (the same list as input
+    and output; outputs shifted half a block over the inputs' array)."""
+    blocks = [np.full(3, 10 * rank + p, np.float64) for p in range(size)]
+    dist.all_to_all(blocks, blocks)
+    whole = np.arange(4 * size + 2, dtype=np.int64) + 100 * rank
+    inps = [whole[4 * p:4 * p + 4] for p in range(size)]
+    outs = [whole[4 * p + 2:4 * p + 6] for p in range(size)]
+    dist.all_to_all(outs, inps)
+    for p in range(size):
+        assert_same(blocks[p], np.full(3, 10 * p + rank, np.float64))
+        assert_same(outs[p], (np.arange(4 * size + 2, dtype=np.int64) + 100 * p)[4 * rank:4 * rank + 4])
+
+
+def test_which_all_to_all_blocks_may_be_handed_to_mpi_as_they_lie():
+    """A written block must overlap neither another written block nor a read one; read blocks may
+    overlap each other; empty blocks never count."""
+    from hpc_c10d.mpi.scattered import address, apart
+
+    whole = np.zeros(16)
+
+    def may(reads, writes):
+        return apart(reads, [address(b) for b in reads], writes, [address(b) for b in writes])
+
+    assert may([whole[0:4], whole[4:8]], [whole[8:12], whole[12:16]])
+    assert may([whole[0:4], whole[2:6]], [whole[8:12]])
+    assert not may([whole[0:4]], [whole[3:7]])
+    assert not may([whole[3:7]], [whole[0:4]])
+    assert not may([whole[8:12]], [whole[0:4], whole[2:6]])
+    assert not may([whole[4:8]], [whole[0:16]])
+    assert may([whole[4:4]], [whole[0:16]])
+
+
 # ------------------------------------------------------------------------------ all_to_all_single
 
 @pytest.mark.parametrize("tail", [(), (3, 2)], ids=["1d", "3d"])
@@ -656,6 +690,19 @@ def test_list_collectives_on_back_to_back_views(world, rank, size, async_op):
     guards += [w[-SPAN:] for w in (whole, whole_g, source_whole, a2a_whole, rs_whole)]
     assert all((g == -7.0).all() for g in guards)
 
+
+@pytest.mark.parametrize("async_op", [False, True])
+def test_reduce_scatter_from_separately_allocated_large_blocks(world, rank, size, async_op):
+    """Blocks allocated one by one, 40 KB each: copied into a kept buffer (the second call reuses
+    it), reduced, and for AVG divided afterwards."""
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.SUM):
+        inputs = [np.full(5000, float((rank + 1) * (p + 1))) for p in range(size)]
+        out = np.zeros(5000)
+        work = dist.reduce_scatter(out, inputs, op=op, async_op=async_op)
+        if async_op:
+            work.wait()
+        total = (rank + 1) * size * (size + 1) / 2
+        assert_same(out, np.full(5000, total / size if op == dist.ReduceOp.AVG else total))
 
 def test_all_gather_list_whose_input_is_one_of_its_blocks(world, rank, size):
     """In place (the input is this rank's own block): MPI forbids aliasing, so it is staged."""

@@ -3,17 +3,18 @@
 Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
 ones and returns a ``Work`` that keeps every buffer alive until completion. ``all_gather`` into
 a list, ``gather`` and ``scatter`` move small messages through a kept staging buffer
-(``staging.py``) and larger ones where the list's blocks lie (``scattered.py``);
-``reduce_scatter`` from a list (a reduction reads one contiguous buffer of a basic type) stages
-small messages the same way; larger ones, and ``all_to_all`` between lists (blocks of any sizes),
-stage through one contiguous buffer, allocated per call unless the blocks lie back to back (then
-a view), and the ``v`` variants.
+(``staging.py``) and larger ones where the list's blocks lie (``scattered.py``); so does
+``all_to_all`` between lists, with ``Alltoallw`` over the blocks' byte offsets, unless outputs
+overlap inputs or each other. ``reduce_scatter`` from a list reads one contiguous buffer (a
+reduction takes nothing else): a view when the blocks lie back to back, else a kept staging
+buffer. Where blocks cannot be taken as they lie (overlapping, over 2 GiB apart), the ``v``
+variants move a kept staging buffer too.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -24,8 +25,8 @@ from ..transport import Transport, displacements
 from ..work import ReceiveWork, Work
 from .failures import mpi_failure, short_receive
 from .ops import REDUCTIONS, mpi_datatype, reduction
-from .scattered import place
-from .staging import SEND_STAGE_MAX_BYTES, STAGE_MAX_BYTES, take
+from .scattered import address, apart, lay_out, place
+from .staging import SEND_STAGE_MAX_BYTES, STAGE_MAX_BYTES, Staging, landing_for, pack, take, unpack
 
 __all__ = ["MPIBackend"]
 
@@ -57,52 +58,12 @@ def _average(buf: np.ndarray, size: int) -> None:
         np.divide(buf, size, out=buf)
 
 
-def _copy_blocks(staging: np.ndarray, outs: Sequence[np.ndarray]) -> Callable[[], None]:
-    def copy_out() -> None:
-        start = 0
-        for out in outs:
-            stop = start + out.size
-            np.copyto(out, staging[start:stop].reshape(out.shape))
-            start = stop
-
-    return copy_out
-
-
-def _concatenate(inps: Sequence[np.ndarray], dtype: np.dtype, avoid: Sequence[np.ndarray] = ()) -> np.ndarray:
-    """The inputs as one flat send buffer: a view when they lie back to back, else a copy."""
-    if not inps:
-        return np.empty(0, dtype)
-    span = _span(inps, avoid)
-    return np.concatenate([a.reshape(-1) for a in inps]) if span is None else span
-
-
-_SPAN_MIN_BYTES = 1 << 16  # below this, checking addresses costs more than staging a copy
-
-
-def _span(blocks: Sequence[np.ndarray], avoid: Sequence[np.ndarray] = ()) -> np.ndarray | None:
-    """One flat array over ``blocks`` when they lie back to back in memory, in order (as the
-    blocks of ``list(buffer.chunk(n))`` do) and overlap nothing in ``avoid``; else None."""
-    if sum(b.nbytes for b in blocks) < _SPAN_MIN_BYTES or not all(b.flags.c_contiguous for b in blocks):
-        return None
-    dtype, start = blocks[0].dtype, blocks[0].__array_interface__["data"][0]
-    end = start
-    for block in blocks:
-        if block.dtype != dtype or block.__array_interface__["data"][0] != end:
-            return None
-        end += block.nbytes
-    span = np.lib.stride_tricks.as_strided(blocks[0].reshape(-1), shape=((end - start) // dtype.itemsize,),
-                                           strides=(dtype.itemsize,))
-    return None if any(np.may_share_memory(span, other) for other in avoid) else span
-
-
-def _landing(outs: Sequence[np.ndarray], dtype: np.dtype, avoid: Sequence[np.ndarray]) -> tuple:
-    """(receive buffer, what copies it into ``outs`` afterwards or None): the outputs themselves
-    when they lie back to back, else a staging buffer."""
-    span = _span(outs, avoid)
-    if span is not None:
-        return span, None
-    staging = np.empty(sum(o.size for o in outs), dtype)
-    return staging, _copy_blocks(staging, outs)
+def _after_exchange(sent: Staging | None, landed: Staging | None, outs: Sequence[np.ndarray]) -> None:
+    """After a staged all_to_all: give the send buffer back, copy the receive buffer out."""
+    if sent is not None:
+        sent.release()
+    if landed is not None:
+        unpack(landed, outs)
 
 
 class MPIBackend(Transport):
@@ -225,39 +186,41 @@ class MPIBackend(Transport):
             return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
                                user, None, (outs, inp))
         counts = [o.size for o in outs]  # see place(): staged
-        staging, finish = _landing(outs, inp.dtype, [inp])
-        staged = ((inp, datatype), (staging, counts, displacements(counts), datatype))
-        return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, staged, async_op,
-                           user, finish, (outs, inp, staging))
+        landing, staged = landing_for(outs, inp.dtype, [inp])
+        args = ((inp, datatype), (landing, counts, displacements(counts), datatype))
+        return self._issue(self._comm.Allgatherv, self._comm.Iallgatherv, args, async_op,
+                           user, staged and partial(unpack, staged, outs), (outs, inp, landing))
 
     def gather_list(self, outs, inp, root, async_op, user):
         datatype = mpi_datatype(inp.dtype)
         send: Any = (inp, datatype)
         small = inp.nbytes * self._size <= STAGE_MAX_BYTES  # the same answer on every rank
         if self._rank != root:
-            gather = (self._comm.Gather, self._comm.Igather) if small else (self._comm.Gatherv, self._comm.Igatherv)
+            comm = self._comm
+            gather = (comm.Gather, comm.Igather) if small else (comm.Gatherv, comm.Igatherv)
             return self._issue(*gather, (send, None, root), async_op, user, None, inp)
         if small:  # see staging.py
             kept = take(inp.dtype, outs[0].shape, self._size)
             args = (send, (kept.whole, datatype), root)
             return self._staged(self._comm.Gather, self._comm.Igather, args, async_op, user, kept, outs, inp)
-        finish = staging = None
+        staged = None
         recv, in_place = place(outs, inp, root)
         if recv is not None:  # into the blocks where they lie
             send = _IN_PLACE if in_place else send
         else:  # see place(): staged
             counts = [o.size for o in outs]
-            staging, finish = _landing(outs, inp.dtype, [inp])
-            recv = (staging, counts, displacements(counts), datatype)
+            landing, staged = landing_for(outs, inp.dtype, [inp])
+            recv = (landing, counts, displacements(counts), datatype)
         return self._issue(self._comm.Gatherv, self._comm.Igatherv, (send, recv, root), async_op,
-                           user, finish, (outs, inp, staging))
+                           user, staged and partial(unpack, staged, outs), (outs, inp, recv))
 
     def scatter_list(self, out, inps, root, async_op, user):
         datatype = mpi_datatype(out.dtype)
         recv: Any = (out, datatype)
         small = out.nbytes * self._size <= SEND_STAGE_MAX_BYTES  # the same answer on every rank
         if self._rank != root:
-            scatter = (self._comm.Scatter, self._comm.Iscatter) if small else (self._comm.Scatterv, self._comm.Iscatterv)
+            comm = self._comm
+            scatter = (comm.Scatter, comm.Iscatter) if small else (comm.Scatterv, comm.Iscatterv)
             return self._issue(*scatter, (None, recv, root), async_op, [user], None, out)
         if small:  # see staging.py
             kept = take(out.dtype, inps[0].shape, self._size)
@@ -269,11 +232,11 @@ class MPIBackend(Transport):
         if send is not None:  # from the blocks where they lie
             recv = _IN_PLACE if in_place else recv
         else:  # see place(): staged
-            staged = _concatenate(inps, out.dtype, [out])
+            packed, staged = pack(inps, out.dtype, [out])
             counts = [i.size for i in inps]
-            send = (staged, counts, displacements(counts), datatype)
+            send = (packed, counts, displacements(counts), datatype)
         return self._issue(self._comm.Scatterv, self._comm.Iscatterv, (send, recv, root), async_op,
-                           [user], None, (out, inps, staged))
+                           [user], staged and staged.release, (out, inps, send))
 
     def reduce_scatter(self, out, inp, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
@@ -293,13 +256,14 @@ class MPIBackend(Transport):
             args: tuple[Any, ...] = ((send, red.datatype), (out, red.datatype), red.op)
             return self._staged(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block, args,
                                 async_op, [user], kept, None, (out, send), average)
-        staging = _concatenate(inps, out.dtype, [out])
+        packed, staged = pack(inps, out.dtype, [out])  # one contiguous buffer: see the module docstring
         if factor is not None:
-            staging = _scaled(staging, factor)
+            packed = _scaled(packed, factor)
         counts = [i.size for i in inps]
-        args = ((staging, red.datatype), (out, red.datatype), counts, red.op)
+        args = ((packed, red.datatype), (out, red.datatype), counts, red.op)
+        finish = average if staged is None else partial(staged.release, None, average)
         return self._issue(self._comm.Reduce_scatter, self._comm.Ireduce_scatter, args,
-                           async_op, [user], average, (out, staging))
+                           async_op, [user], finish, (out, packed))
 
     def alltoall(self, out, inp, out_counts, in_counts, async_op, user):
         datatype = mpi_datatype(out.dtype)
@@ -316,12 +280,21 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(dtype)
         in_counts = [i.size for i in inps]
         out_counts = [o.size for o in outs]
-        send = _concatenate(inps, dtype, outs)
-        staging, finish = _landing(outs, dtype, inps)
-        args = ((send, in_counts, displacements(in_counts), datatype),
-                (staging, out_counts, displacements(out_counts), datatype))
+        in_starts, out_starts = [address(i) for i in inps], [address(o) for o in outs]
+        if apart(inps, in_starts, outs, out_starts):  # straight from and into the blocks where they lie
+            send, recv = lay_out(inps, in_starts), lay_out(outs, out_starts)
+            if send is not None and recv is not None:
+                types = [datatype] * self._size
+                exchange = ((send[0], in_counts, send[1], types), (recv[0], out_counts, recv[1], types))
+                return self._issue(self._comm.Alltoallw, self._comm.Ialltoallw, exchange, async_op,
+                                   user, None, (outs, inps))
+        packed, sent = pack(inps, dtype, outs)  # overlapping or far apart: staged
+        landing, landed = landing_for(outs, dtype, inps)
+        args = ((packed, in_counts, displacements(in_counts), datatype),
+                (landing, out_counts, displacements(out_counts), datatype))
+        finish = None if sent is None and landed is None else partial(_after_exchange, sent, landed, outs)
         return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
-                           user, finish, (outs, send, staging))
+                           user, finish, (outs, packed, landing))
 
     def barrier(self, async_op):
         return self._issue(self._comm.Barrier, self._comm.Ibarrier, (), async_op, [])

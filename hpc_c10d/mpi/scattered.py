@@ -14,14 +14,14 @@ blocks more than 2 GiB apart are staged.)
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from mpi4py import MPI
 
 from .ops import mpi_datatype
 
-__all__ = ["address", "block_type", "place"]
+__all__ = ["address", "block_type", "place", "lay_out", "apart"]
 
 _MAX_TYPES = 256  # block types kept (one per dtype and block size); past this, they and the layouts are dropped
 _MAX_OFFSET = 2**31 - 1  # an MPI displacement (C int)
@@ -82,3 +82,35 @@ def _layout(starts: list[int], start: int, mine: np.ndarray, rank: int) -> tuple
         return None, False
     whole = MPI.buffer.fromaddress(low, high + size)
     return (whole, [1] * len(starts), [first - low for first in starts], block_type(mine.dtype, mine.size)), in_place
+
+
+def lay_out(blocks: Sequence[np.ndarray], starts: Sequence[int]) -> tuple[Any, list[int]] | None:
+    """``blocks`` (at addresses ``starts``) where they lie, for a ``w`` collective: one buffer from
+    the lowest block to the end of the highest and each block's byte displacement in it (0 for an
+    empty block); None when they lie more than 2 GiB apart."""
+    spans = [(start, start + block.nbytes) for block, start in zip(blocks, starts) if block.nbytes]
+    if not spans:
+        return MPI.buffer.fromaddress(0, 0), [0] * len(starts)
+    low = min(start for start, _ in spans)
+    high = max(end for _, end in spans)
+    if high - low > _MAX_OFFSET:
+        return None
+    return (MPI.buffer.fromaddress(low, high - low),
+            [start - low if block.nbytes else 0 for block, start in zip(blocks, starts)])
+
+
+def apart(reads: Sequence[np.ndarray], read_starts: Sequence[int],
+          writes: Sequence[np.ndarray], write_starts: Sequence[int]) -> bool:
+    """Whether no block written overlaps another one written or one read (MPI's rule for a send
+    and a receive buffer; reads may overlap each other)."""
+    spans = sorted([(start, start + b.nbytes, True) for b, start in zip(writes, write_starts) if b.nbytes]
+                   + [(start, start + b.nbytes, False) for b, start in zip(reads, read_starts) if b.nbytes])
+    written_end = read_end = 0
+    for start, end, written in spans:
+        if start < written_end or (written and start < read_end):
+            return False
+        if written:
+            written_end = max(written_end, end)
+        else:
+            read_end = max(read_end, end)
+    return True

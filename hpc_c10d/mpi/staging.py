@@ -12,11 +12,13 @@ where they lie. ``scatter`` stages only up to ``SEND_STAGE_MAX_BYTES``: MPICH's 
 path reads a send buffer written just before the call slowly, so the copy costs more than it
 saves sooner (8 B 4.15 / 3.73, 2 KiB 4.24 / 3.87, 8 KiB 4.91 / 5.69, 32 KiB 9.60 / 17.89).
 ``reduce_scatter`` from a list copies its blocks together at any size (a reduction reads one
-contiguous buffer of a basic type): up to ``STAGE_MAX_BYTES`` into a kept buffer.
+contiguous buffer of a basic type) unless they lie back to back; so do the list collectives
+whose blocks cannot be taken as they lie (``pack``, ``landing_for``).
 
 A staging buffer is taken from a free list per (dtype, block shape, block count) and given
 back when its operation completes (an asynchronous one keeps it until then), so a call
-allocates nothing once the list has one.
+allocates nothing once the list has one. The free lists hold at most 256 MiB in all: a buffer
+given back past that is dropped, and the next call of its size allocates again.
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["STAGE_MAX_BYTES", "SEND_STAGE_MAX_BYTES", "Staging", "take"]
+__all__ = ["STAGE_MAX_BYTES", "SEND_STAGE_MAX_BYTES", "Staging", "take", "pack", "landing_for", "unpack"]
 
 STAGE_MAX_BYTES = 1 << 15  # total bytes of a list collective staged through a kept buffer
 SEND_STAGE_MAX_BYTES = 1 << 12  # the same for scatter, whose staged copy is what MPI then sends
 _KEEP_PER_KIND = 4  # free buffers kept per (dtype, shape, count): more are dropped when given back
 _MAX_KINDS = 64  # past this many kinds the free lists start again (what is in flight is unaffected)
+_MAX_KEPT_BYTES = 1 << 28  # free buffers kept in all; past it one given back is dropped
+_SPAN_MIN_BYTES = 1 << 16  # below this, checking addresses costs more than staging a copy
 _free: dict[tuple, list[Staging]] = {}
+_kept = [0]  # bytes in the free lists (a soft limit: threads may race on it)
 
 
 def _copy_all(targets: Sequence[np.ndarray], sources: Sequence[np.ndarray]) -> None:
@@ -64,8 +69,9 @@ class Staging:
         return the buffer to its free list, then run ``then`` (AVG's division) if given."""
         if outs is not None:
             _copy_all(outs, self.parts)
-        home = self._home
-        if len(home) < _KEEP_PER_KIND:
+        home, size = self._home, self.whole.nbytes
+        if len(home) < _KEEP_PER_KIND and _kept[0] + size <= _MAX_KEPT_BYTES:
+            _kept[0] += size
             home.append(self)
         if then is not None:
             then()
@@ -78,8 +84,63 @@ def take(dtype: np.dtype, shape: tuple, count: int) -> Staging:
     if home is None:
         if len(_free) >= _MAX_KINDS:
             _free.clear()
+            _kept[0] = 0
         home = _free[key] = []
     try:
-        return home.pop()
+        found = home.pop()
     except IndexError:  # none free (first call, or all in flight)
         return Staging(dtype, shape, count, home)
+    _kept[0] -= found.whole.nbytes
+    return found
+
+
+def _span(blocks: Sequence[np.ndarray], avoid: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One flat array over ``blocks`` when they lie back to back in memory, in order (as the
+    blocks of ``list(buffer.chunk(n))`` do) and overlap nothing in ``avoid``; else None."""
+    if sum(b.nbytes for b in blocks) < _SPAN_MIN_BYTES or not all(b.flags.c_contiguous for b in blocks):
+        return None
+    dtype, start = blocks[0].dtype, blocks[0].__array_interface__["data"][0]
+    end = start
+    for block in blocks:
+        if block.dtype != dtype or block.__array_interface__["data"][0] != end:
+            return None
+        end += block.nbytes
+    span = np.lib.stride_tricks.as_strided(blocks[0].reshape(-1), shape=((end - start) // dtype.itemsize,),
+                                           strides=(dtype.itemsize,))
+    return None if any(np.may_share_memory(span, other) for other in avoid) else span
+
+
+def landing_for(blocks: Sequence[np.ndarray], dtype: np.dtype,
+                avoid: Sequence[np.ndarray]) -> tuple[np.ndarray, Staging | None]:
+    """One flat buffer to receive ``blocks``' contents in order: a view over them when they lie
+    back to back (and overlap nothing in ``avoid``), else a kept buffer, the second item, which
+    ``unpack`` copies into them afterwards."""
+    span = _span(blocks, avoid)
+    if span is not None:
+        return span, None
+    kept = take(dtype, (sum(b.size for b in blocks),), 1)
+    return kept.parts[0], kept
+
+
+def pack(blocks: Sequence[np.ndarray], dtype: np.dtype,
+         avoid: Sequence[np.ndarray]) -> tuple[np.ndarray, Staging | None]:
+    """``blocks`` as one flat buffer to send, in order: a view as in ``landing_for``, else a kept
+    buffer they are copied into, the second item, to release once the operation is done."""
+    flat, kept = landing_for(blocks, dtype, avoid)
+    if kept is not None:
+        start = 0
+        for block in blocks:
+            stop = start + block.size
+            flat[start:stop] = block.reshape(-1)
+            start = stop
+    return flat, kept
+
+
+def unpack(kept: Staging, blocks: Sequence[np.ndarray]) -> None:
+    """Copy a kept flat buffer (``landing_for``) into ``blocks`` in order and release it."""
+    flat, start = kept.parts[0], 0
+    for block in blocks:
+        stop = start + block.size
+        block.reshape(-1)[...] = flat[start:stop]
+        start = stop
+    kept.release()
