@@ -4,8 +4,8 @@ Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 
 ones and returns a ``Work`` that keeps every buffer alive until completion. ``all_gather`` into
 a list, ``gather`` and ``scatter`` move small messages through a kept staging buffer
 (``staging.py``) and larger ones where the list's blocks lie (``scattered.py``); so does
-``all_to_all`` between lists, with ``Alltoallw`` over the blocks' byte offsets, unless outputs
-overlap inputs or each other. ``reduce_scatter`` from a list reads one contiguous buffer (a
+``all_to_all`` between lists, always one ``Alltoallw`` (over the blocks' byte offsets, or over a
+staging buffer where outputs overlap inputs or each other). ``reduce_scatter`` from a list reads one contiguous buffer (a
 reduction takes nothing else): a view when the blocks lie back to back, else a kept staging
 buffer. Where blocks cannot be taken as they lie (overlapping, over 2 GiB apart), the ``v``
 variants move a kept staging buffer too.
@@ -276,25 +276,28 @@ class MPIBackend(Transport):
                            [user], None, (out, inp))
 
     def alltoall_list(self, outs, inps, async_op, user):
+        """One ``Alltoallw`` on every rank, whatever each decides for its own blocks: large ones
+        where they lie unless an output overlaps an input or another output, small ones (and
+        overlapping or far-apart ones) through kept staging buffers (see staging.py)."""
         dtype = outs[0].dtype if outs else inps[0].dtype
-        datatype = mpi_datatype(dtype)
         in_counts = [i.size for i in inps]
         out_counts = [o.size for o in outs]
-        in_starts, out_starts = [address(i) for i in inps], [address(o) for o in outs]
-        if apart(inps, in_starts, outs, out_starts):  # straight from and into the blocks where they lie
-            send, recv = lay_out(inps, in_starts), lay_out(outs, out_starts)
-            if send is not None and recv is not None:
-                types = [datatype] * self._size
-                exchange = ((send[0], in_counts, send[1], types), (recv[0], out_counts, recv[1], types))
-                return self._issue(self._comm.Alltoallw, self._comm.Ialltoallw, exchange, async_op,
-                                   user, None, (outs, inps))
-        packed, sent = pack(inps, dtype, outs)  # overlapping or far apart: staged
-        landing, landed = landing_for(outs, dtype, inps)
-        args = ((packed, in_counts, displacements(in_counts), datatype),
-                (landing, out_counts, displacements(out_counts), datatype))
+        send = recv = sent = landed = None
+        if (sum(in_counts) + sum(out_counts)) * dtype.itemsize > STAGE_MAX_BYTES:
+            in_starts, out_starts = [address(i) for i in inps], [address(o) for o in outs]
+            if apart(inps, in_starts, outs, out_starts):
+                send, recv = lay_out(inps, in_starts), lay_out(outs, out_starts)
+        if send is None:
+            packed, sent = pack(inps, dtype, outs)
+            send = (packed, [d * dtype.itemsize for d in displacements(in_counts)])
+        if recv is None:
+            landing, landed = landing_for(outs, dtype, inps)
+            recv = (landing, [d * dtype.itemsize for d in displacements(out_counts)])
+        types = [mpi_datatype(dtype)] * self._size
+        exchange = ((send[0], in_counts, send[1], types), (recv[0], out_counts, recv[1], types))
         finish = None if sent is None and landed is None else partial(_after_exchange, sent, landed, outs)
-        return self._issue(self._comm.Alltoallv, self._comm.Ialltoallv, args, async_op,
-                           user, finish, (outs, packed, landing))
+        return self._issue(self._comm.Alltoallw, self._comm.Ialltoallw, exchange, async_op,
+                           user, finish, (outs, inps, send[0], recv[0]))
 
     def barrier(self, async_op):
         return self._issue(self._comm.Barrier, self._comm.Ibarrier, (), async_op, [])

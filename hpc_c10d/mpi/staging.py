@@ -128,11 +128,7 @@ def pack(blocks: Sequence[np.ndarray], dtype: np.dtype,
     buffer they are copied into, the second item, to release once the operation is done."""
     flat, kept = landing_for(blocks, dtype, avoid)
     if kept is not None:
-        start = 0
-        for block in blocks:
-            stop = start + block.size
-            flat[start:stop] = block.reshape(-1)
-            start = stop
+        np.concatenate(blocks, axis=None, out=flat)
     return flat, kept
 
 
