@@ -5,10 +5,10 @@ ones and returns a ``Work`` that keeps every buffer alive until completion. ``al
 a list, ``gather`` and ``scatter`` move small messages through a kept staging buffer
 (``staging.py``) and larger ones where the list's blocks lie (``scattered.py``); so does
 ``all_to_all`` between lists, always one ``Alltoallw`` (over the blocks' byte offsets, or over a
-staging buffer where outputs overlap inputs or each other). ``reduce_scatter`` from a list reads one contiguous buffer (a
-reduction takes nothing else): a view when the blocks lie back to back, else a kept staging
-buffer. Where blocks cannot be taken as they lie (overlapping, over 2 GiB apart), the ``v``
-variants move a kept staging buffer too.
+staging buffer where outputs overlap inputs or each other). ``reduce_scatter`` from a list reads
+one contiguous buffer (a reduction takes nothing else): a view when the blocks lie back to back,
+else a kept staging buffer. Where blocks cannot be taken as they lie (overlapping, over 2 GiB
+apart), the ``v`` variants move a kept staging buffer too.
 """
 
 from __future__ import annotations
