@@ -400,6 +400,7 @@ def test_all_to_all_lists_where_ranks_take_different_ways(world, rank, size):
     for p in range(size):
         assert_same(outs[p], np.full(5000, 100.0 * p + rank))
 
+
 def test_which_all_to_all_blocks_may_be_handed_to_mpi_as_they_lie():
     """A written block must overlap neither another written block nor a read one; read blocks may
     overlap each other; empty blocks never count."""
@@ -712,6 +713,7 @@ def test_reduce_scatter_from_separately_allocated_large_blocks(world, rank, size
             work.wait()
         total = (rank + 1) * size * (size + 1) / 2
         assert_same(out, np.full(5000, total / size if op == dist.ReduceOp.AVG else total))
+
 
 def test_all_gather_list_whose_input_is_one_of_its_blocks(world, rank, size):
     """In place (the input is this rank's own block): MPI forbids aliasing, so it is staged."""

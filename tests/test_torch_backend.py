@@ -91,6 +91,7 @@ def test_a_blocking_calls_handle_is_finished_and_holds_that_calls_outputs():
         assert work.is_completed() and work.result()[0] is copied
         torch.testing.assert_close(copied, torch.full((2,), value))
 
+
 def test_broadcast_from_every_root():
     for root in range(_size()):
         t = torch.full((4,), float(_rank()), dtype=torch.bfloat16)

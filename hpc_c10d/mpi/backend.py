@@ -163,15 +163,15 @@ class MPIBackend(Transport):
         return self._issue(self._comm.Allgather, self._comm.Iallgather, args, async_op,
                            [user], None, (out, inp))
 
-    def _staged(self, blocking, nonblocking, args, async_op, user, staging, outs, keep, then=None):
+    def _staged(self, blocking, nonblocking, args, async_op, user, staging, outs, keep):
         """``_issue`` for an operation through ``staging``, released afterwards (``Staging.release``)."""
         try:
             if async_op:
-                return Work([nonblocking(*args)], user, partial(staging.release, outs, then), keep)
+                return Work([nonblocking(*args)], user, partial(staging.release, outs), keep)
             blocking(*args)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
-        staging.release(outs, then)
+        staging.release(outs)
         return None
 
     def allgather_list(self, outs, inp, async_op, user):
@@ -249,13 +249,6 @@ class MPIBackend(Transport):
 
     def reduce_scatter_list(self, out, inps, op, async_op, user):
         red, factor, average = self._reduction(out, op, "reduce_scatter")
-        if out.nbytes * self._size <= STAGE_MAX_BYTES:  # small: see staging.py (the same answer on every rank)
-            kept = take(out.dtype, inps[0].shape, self._size)
-            kept.fill_from(inps)
-            send = kept.whole if factor is None else _scaled(kept.whole, factor)
-            args: tuple[Any, ...] = ((send, red.datatype), (out, red.datatype), red.op)
-            return self._staged(self._comm.Reduce_scatter_block, self._comm.Ireduce_scatter_block, args,
-                                async_op, [user], kept, None, (out, send), average)
         packed, staged = pack(inps, out.dtype, [out])  # one contiguous buffer: see the module docstring
         if factor is not None:
             packed = _scaled(packed, factor)

@@ -11,9 +11,9 @@ more than the plain collective on one buffer plus a copy per block. Measured wit
 where they lie. ``scatter`` stages only up to ``SEND_STAGE_MAX_BYTES``: MPICH's shared-memory
 path reads a send buffer written just before the call slowly, so the copy costs more than it
 saves sooner (8 B 4.15 / 3.73, 2 KiB 4.24 / 3.87, 8 KiB 4.91 / 5.69, 32 KiB 9.60 / 17.89).
-``reduce_scatter`` from a list copies its blocks together at any size (a reduction reads one
-contiguous buffer of a basic type) unless they lie back to back; so do the list collectives
-whose blocks cannot be taken as they lie (``pack``, ``landing_for``).
+``reduce_scatter`` from a list copies its blocks together into a kept buffer at any size (a
+reduction reads one contiguous buffer of a basic type) unless they lie back to back; so do the
+list collectives whose blocks cannot be taken as they lie (``pack``, ``landing_for``).
 
 A staging buffer is taken from a free list per (dtype, block shape, block count) and given
 back when its operation completes (an asynchronous one keeps it until then), so a call
