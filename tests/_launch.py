@@ -117,8 +117,12 @@ def flavour(launcher=None):
 
 
 def mpiexec_command(nprocs, launcher=None):
-    """``[mpiexec, <its flags>, -n, nprocs]``: the start of a command line for an nprocs-rank job."""
+    """``[mpiexec, <its flags>, -n, nprocs]``: the start of a command line for an nprocs-rank job;
+    RuntimeError when there is no launcher at all."""
     launcher = launcher or mpiexec()
+    if launcher is None:
+        raise RuntimeError("no MPI launcher: no mpiexec or mpirun beside this Python or on PATH, and $MPIEXEC is "
+                           "not set (the mpich extra brings one; a site MPI: load its module)")
     return [launcher, *flavour(launcher).flags, "-n", str(nprocs)]
 
 

@@ -210,3 +210,41 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     with h5py.File(path, "r") as f:  # the previous checkpoint, whole
         assert f["version"][()] == 1
         np.testing.assert_array_equal(f["x"][()], np.full(8, 1.0))
+
+
+def _gpu_or_skip():
+    """cupy with a visible GPU (this rank's device made current), else a skip with the reason."""
+    from hpc_c10d.nccl import cuda
+
+    count, why_none = cuda.visible_devices()
+    if count == 0:
+        pytest.skip(f"no CUDA GPU ({why_none})")
+    device = dist.get_node_local_rank(fallback_rank=dist.get_rank()) % count
+    cuda.cupy().cuda.Device(device).use()
+    return cuda.cupy(), device
+
+
+@pytest.mark.mpi
+def test_gpu_arrays_save_from_the_gpu_and_load_on_the_cpu_and_back(shared_path, rank, size):
+    cupy, device = _gpu_or_skip()
+    full = _global(np.float32, 2 * size, cols=5)
+    state = {"shard": Shard(cupy.asarray(_slab_of(full, [2] * size, rank)), 0),
+             "replicated": cupy.asarray(full[:1].astype(np.int64))}
+    if torch is not None and torch.cuda.is_available():
+        state["torch"] = torch.arange(6, dtype=torch.bfloat16, device=f"cuda:{device}") * 3
+    save(state, shared_path)
+    on_host = {"shard": Shard(np.zeros((2, 5), np.float32), 0), "replicated": np.zeros((1, 5), np.int64)}
+    if "torch" in state:
+        on_host["torch"] = np.zeros(6, bfloat16)
+    load(on_host, shared_path)
+    np.testing.assert_array_equal(on_host["shard"].array, _slab_of(full, [2] * size, rank))
+    np.testing.assert_array_equal(on_host["replicated"], full[:1])
+    back = {"shard": Shard(cupy.full((2, 5), -1, cupy.float32), 0), "replicated": cupy.zeros((1, 5), cupy.int64)}
+    if "torch" in state:
+        np.testing.assert_array_equal(on_host["torch"].astype(np.float32), np.arange(6) * 3)
+        back["torch"] = torch.zeros(6, dtype=torch.bfloat16, device=f"cuda:{device}")
+    load(back, shared_path)
+    np.testing.assert_array_equal(cupy.asnumpy(back["shard"].array), _slab_of(full, [2] * size, rank))
+    np.testing.assert_array_equal(cupy.asnumpy(back["replicated"]), full[:1])
+    if "torch" in state:
+        assert back["torch"].float().cpu().tolist() == [3.0 * i for i in range(6)]

@@ -22,9 +22,9 @@ from hpc_c10d.nccl.buffers import as_device_buffer
 pytestmark = pytest.mark.mpi
 
 cupy = pytest.importorskip("cupy", reason="the GPU tests need cupy (pip install cupy-cuda13x nvidia-nccl-cu13)")
-GPUS = cuda.device_count()
+GPUS, WHY_NO_GPU = cuda.visible_devices()
 if GPUS == 0:
-    pytest.skip("no CUDA GPU visible here; the NCCL GPU tests need one per rank", allow_module_level=True)
+    pytest.skip(f"no CUDA GPU ({WHY_NO_GPU}); the NCCL GPU tests need one per rank", allow_module_level=True)
 if not library.available():
     pytest.skip("the NCCL library is not installed", allow_module_level=True)
 
@@ -306,7 +306,7 @@ def test_two_ranks_on_one_gpu_are_refused(world):
     if dist.get_world_size() <= GPUS * _nodes():
         pytest.skip("every rank has a GPU of its own here")
     group = dist.new_group(list(range(dist.get_world_size())))
-    with pytest.raises(ValueError, match="must not use the same GPU"):
+    with pytest.raises(DistBackendError, match="must not use the same GPU"):
         dist.all_reduce(cupy.ones(4, dtype=cupy.float32), group=group)
     dist.destroy_process_group(group)
 

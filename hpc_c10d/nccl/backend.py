@@ -152,28 +152,28 @@ class NCCLBackend(Transport):
         Work is tracked all the same (keeping the buffers alive) and the caller's stream waits
         for it, then the error is raised.
         """
-        caller = cuda.caller_stream(anchor)
         failure: Exception | None = None
-        with comm.lock, cuda.device_guard(comm.device):
-            comm.refuse_unless_live(name)
-            ready = cuda.new_event()
-            ready.record(caller)
-            comm.stream.wait_event(ready)
-            try:
-                enqueue(comm)
-            except Exception as exc:
-                failure = exc
-            done = cuda.new_event()
-            done.record(comm.stream)
-        work = CUDAWork(done, comm, outputs, keep, name, anchor)
-        self._track(work)
+        with cuda.errors_raised_as_dist():  # a failing event or stream call is the job's DistBackendError too
+            caller = cuda.caller_stream(anchor)
+            with comm.lock, cuda.device_guard(comm.device):
+                comm.refuse_unless_live(name)
+                ready = cuda.new_event()
+                ready.record(caller)
+                comm.stream.wait_event(ready)
+                try:
+                    enqueue(comm)
+                except Exception as exc:
+                    failure = exc
+                done = cuda.new_event()
+                done.record(comm.stream)
+            work = CUDAWork(done, comm, outputs, keep, name, anchor)
+            self._track(work)
+            if failure is None and async_op:
+                return work
+            caller.wait_event(done)
         if failure is not None:
             work._exception = failure
-            caller.wait_event(done)
             raise failure
-        if async_op:
-            return work
-        caller.wait_event(done)
         return None
 
     def _track(self, work: CUDAWork) -> None:

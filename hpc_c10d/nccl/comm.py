@@ -35,9 +35,12 @@ def exchange_unique_id(mpi_comm: Any, nccl: Nccl) -> bytes:
 def _describe_device(device: int) -> tuple[str, str | None, str | None]:
     """(host, PCI bus id or None, why this rank cannot join or None)."""
     host = socket.gethostname()
-    count = cuda.device_count()
+    try:
+        count, why_none = cuda.visible_devices()
+    except DistBackendError as exc:  # told to every rank below, so none waits in ncclCommInitRank
+        return host, None, str(exc)
     if count == 0:
-        return host, None, "no CUDA device is visible"
+        return host, None, f"no CUDA device is visible ({why_none})"
     if not 0 <= device < count:
         return host, None, f"device {device} does not exist ({count} visible)"
     return host, cuda.pci_bus_id(device), None
@@ -53,9 +56,10 @@ def check_members(mpi_comm: Any, device: int, what: str) -> None:
     for r, (host, bus, _) in enumerate(notes):
         owners.setdefault((host, bus), []).append(r)
     shared = [f"ranks {ranks} share GPU {bus} on {host}" for (host, bus), ranks in owners.items() if len(ranks) > 1]
-    if shared:
-        raise ValueError(f"{what}: two ranks of one NCCL communicator must not use the same GPU ({'; '.join(shared)})"
-                         "; bind one GPU per rank (hpc_c10d.nccl.bind_local_device(), or srun --gpus-per-task=1)")
+    if shared:  # NCCL's "Duplicate GPU detected", which torch raises as DistBackendError, said before NCCL starts
+        raise DistBackendError(f"{what}: two ranks of one NCCL communicator must not use the same GPU "
+                               f"({'; '.join(shared)}); bind one GPU per rank (hpc_c10d.nccl.bind_local_device(), "
+                               "or srun --gpus-per-task=1)")
 
 
 IN_PROGRESS = 7  # ncclInProgress: a nonblocking communicator is still working on the call
@@ -174,11 +178,17 @@ class Communicator:
 
     def destroy(self) -> None:
         """Free the communicator once its operations have finished (the caller waits for them; an
-        intra-node collective in NCCL). NCCL refuses to destroy a communicator with an error
-        pending: that one is aborted, and the error raised."""
+        intra-node collective in NCCL). A communicator with an error pending is aborted instead,
+        and the error raised: NCCL can hang destroying one (2.28)."""
         with self.lock:
             if self.handle and self.state == "live":
-                result = self.nccl.ncclCommDestroy(self.handle)
+                pending = ctypes.c_int()
+                result = self.nccl.ncclCommGetAsyncError(self.handle, ctypes.byref(pending))
+                if result == 0 and pending.value not in (0, IN_PROGRESS):
+                    self.state = "aborted"
+                    self.nccl.ncclCommAbort(self.handle)
+                    self.nccl.check(pending.value, "an operation in flight (found by ncclCommDestroy)")
+                result = result or self.nccl.ncclCommDestroy(self.handle)
                 self.state = "destroyed" if result == 0 else "aborted"
                 if result != 0:
                     self.nccl.ncclCommAbort(self.handle)

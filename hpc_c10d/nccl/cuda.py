@@ -6,18 +6,20 @@ handle and wrapped, so one code path serves cupy arrays, torch tensors and other
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from .._extras import gpu_install_hint
 from ..errors import DistBackendError
 from .buffers import DeviceBuffer
 
 __all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "wait_for_event", "device_guard",
-           "device_count", "pci_bus_id"]
+           "errors_raised_as_dist", "device_count", "visible_devices", "pci_bus_id"]
 
 _LEGACY_DEFAULT, _PER_THREAD_DEFAULT = 1, 2  # __cuda_array_interface__ stream codes
 _CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread
 _NOT_READY = 600  # cudaErrorNotReady: what cudaEventQuery says of an event the GPU has not passed yet
+_NO_GPU_HERE = (35, 100)  # cudaErrorInsufficientDriver (no driver), cudaErrorNoDevice
 
 
 def cupy() -> Any:
@@ -92,13 +94,20 @@ def event_passed(event: Any) -> bool:
     raise _cuda_error(status)
 
 
-def wait_for_event(event: Any) -> None:
-    """Block the host until the GPU has passed ``event``; DistBackendError if it failed before."""
+@contextlib.contextmanager
+def errors_raised_as_dist() -> Iterator[None]:
+    """Turn CuPy's CUDARuntimeError (an event, a stream, a device switch) into DistBackendError."""
     runtime = cupy().cuda.runtime
     try:
-        event.synchronize()
+        yield
     except runtime.CUDARuntimeError as exc:
         raise _cuda_error(exc) from exc
+
+
+def wait_for_event(event: Any) -> None:
+    """Block the host until the GPU has passed ``event``; DistBackendError if it failed before."""
+    with errors_raised_as_dist():
+        event.synchronize()
 
 
 def device_guard(device: int) -> Any:
@@ -117,12 +126,29 @@ def new_event() -> Any:
     return cupy().cuda.Event(disable_timing=True)
 
 
-def device_count() -> int:
-    """Visible CUDA devices (0 when there is no driver or no GPU)."""
+def visible_devices() -> tuple[int, str]:
+    """(visible CUDA devices, why there are none: '' when there are some).
+
+    No CuPy, no driver and no device each mean 0 devices, with the reason; any other CUDA
+    failure (a broken install, a GPU in a bad state) is raised as DistBackendError, so a GPU
+    machine never passes for a CPU one."""
     try:
-        return cupy().cuda.runtime.getDeviceCount()
-    except Exception:  # cupy's CUDARuntimeError, or no cupy at all: no usable GPU
-        return 0
+        module = cupy()
+    except RuntimeError as exc:
+        return 0, str(exc)
+    runtime = module.cuda.runtime
+    try:
+        count = runtime.getDeviceCount()
+    except runtime.CUDARuntimeError as exc:
+        if exc.status in _NO_GPU_HERE:
+            return 0, str(exc)
+        raise _cuda_error(exc) from exc
+    return count, "" if count else "the CUDA driver sees no device"
+
+
+def device_count() -> int:
+    """Visible CUDA devices (0 when there is no CuPy, no driver or no GPU)."""
+    return visible_devices()[0]
 
 
 def pci_bus_id(device: int) -> str:

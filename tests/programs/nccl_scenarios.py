@@ -59,12 +59,14 @@ def sticky_cuda_error():
     _start()
     world = dist.group.WORLD
     x = cupy.ones(4, dtype=cupy.float32)
+    dist.all_reduce(x)  # the communicator exists before the fault: NCCL's init must not be what meets it
+    cupy.cuda.get_current_stream().synchronize()
     poke = cupy.RawKernel(r"""extern "C" __global__ void poke(int* p, long long cycles) {
         long long start = clock64();
         while (clock64() - start < cycles) {}
         *p = 1;
     }""", "poke")
-    poke((1,), (1,), (np.uint64(16), np.int64(200_000_000)))  # ~0.1 s, then a write to address 16: sticky
+    poke((1,), (1,), (np.uint64(16), np.int64(2_000_000_000)))  # ~1 s, then a write to address 16: sticky
     work = dist.all_reduce(x, async_op=True)  # queued before the fault, ordered after the kernel
     deadline, error = time.monotonic() + 30, None
     while error is None and time.monotonic() < deadline:
