@@ -122,9 +122,10 @@ def test_compare_says_what_each_sub_benchmark_compares():
     _, subs = _sub_parsers()
     helps = {name: option.help for name, sub in subs.choices.items() for option in sub._actions
              if "--compare" in option.option_strings}
-    assert set(helps) == {"collectives", "p2p", "stores", "startup"} and len(set(helps.values())) == 4
+    assert set(helps) == {"collectives", "p2p", "stores", "startup", "checkpoint"} and len(set(helps.values())) == 5
     assert all(("nccl" in text.lower()) == (name == "collectives") for name, text in helps.items())
     assert "Send/Recv" in helps["p2p"] and "TCPStore" in helps["stores"] and "env://" in helps["startup"]
+    assert "torch.save" in helps["checkpoint"] and "plugin" in helps["collectives"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -245,6 +246,29 @@ def test_collectives_in_bfloat16_async_with_a_clear_note_where_mpi4py_cannot(tmp
 
 
 @needs_own_job
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_collectives_through_torch_tensors_and_the_plugin_are_checked_too(tmp_path):
+    compare = "torch,plugin,hpc_c10d-tensors"
+    _, doc, _ = _bench(2, ["collectives", "--ops", "all", "--compare", compare, *TINY], tmp_path)
+    results = _measured(doc)
+    assert {r["impl"] for r in results} == {"hpc_c10d", *compare.split(",")}
+    assert all(r["wrong"] == 0 and r["us_max"] > 0 and r["host_us"] is None for r in results)
+    assert "torch" not in doc["meta"]["notes"]
+
+
+@needs_own_job
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_training_steps_on_the_plugin_and_on_torchs_own_backend(ranks, tmp_path):
+    _, doc, _ = _bench(ranks, ["training", "--params", "20K", "--batch", "4", "-r", "2", "-n", "2", "-w", "1", "-q"],
+                       tmp_path)
+    assert {(r["op"].split()[0], r["impl"]) for r in doc["results"]} == {
+        (strategy, impl) for strategy in ("ddp", "fsdp2") for impl in ("plugin", "torch")}
+    for r in doc["results"]:
+        assert r["wrong"] == 0 and r["us_max"] > 0 and r["count"] > 10_000, r  # both backends trained alike
+
+
+@needs_own_job
 def test_p2p_latency_and_bandwidth_between_pairs(tmp_path):
     _, doc, _ = _bench(2, ["p2p", "--compare", "mpi4py", *TINY], tmp_path)
     assert {(r["op"], r["impl"]) for r in doc["results"]} == {
@@ -301,6 +325,20 @@ def test_checkpoint_bandwidth(tmp_path):
     assert all(r["algbw_gbs"] > 0 for r in doc["results"])
     assert [r["wrong"] for r in doc["results"] if r["impl"] == "hpc_c10d" and r["op"] == "read"] == [0]
     assert not list(tmp_path.glob("bench-*.h5"))
+
+
+@needs_own_job
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_checkpoint_bandwidth_against_torch_save_and_dcp(tmp_path):
+    pytest.importorskip("h5py", reason=f"h5py is not installed ({install_hint('hdf5')})")
+    files = tmp_path / "files"
+    files.mkdir()
+    _, doc, _ = _bench(2, ["checkpoint", "--size", "1M", "--dir", str(files), "-r", "2", "--compare", "-q"], tmp_path)
+    assert {(r["op"], r["impl"]) for r in doc["results"]} == {
+        (op, impl) for op in ("write", "read") for impl in ("hpc_c10d", "h5py", "torch.save", "dcp")}
+    assert all(r["algbw_gbs"] > 0 for r in doc["results"])
+    assert [r["wrong"] for r in doc["results"] if r["impl"] == "hpc_c10d" and r["op"] == "read"] == [0]
+    assert not list(files.iterdir())  # every implementation's files are gone
 
 
 def _hidden(tmp_path, *modules):

@@ -11,9 +11,11 @@ import sys
 import pytest
 
 import _launch
+from hpc_c10d.bench.report import Record, write_json
 
 sys.path.insert(0, os.path.join(_launch.ROOT, "tests", "gpu"))
 import device_steps as device  # noqa: E402
+import gpu_report  # noqa: E402
 
 GPU_TESTS = ["nccl-gpu-tests", "one-gpu-two-ranks", "torch-cuda-tests", "checkpoint-gpu"]
 
@@ -28,7 +30,7 @@ def test_every_step_is_named_timed_and_placed():
     assert all(0 < s.timeout_s <= device.BUDGET_S for s in device.STEPS)
     assert device.BUDGET_S <= 420  # 7 minutes: a second call fits the device time
     for step in device.STEPS:
-        assert step.gpu or step.part == "check"
+        assert step.gpu or step.part == "check" or step.name == "benchmarks-doc"
         if "pytest" in step.argv:  # a GPU pytest step says how many of its tests must run there
             assert step.expect is not None and step.expect.passed > 0
         assert all(os.path.exists(os.path.join(_launch.ROOT, a)) for a in step.argv if a.startswith("tests/"))
@@ -92,10 +94,49 @@ def test_the_gpu_steps_run_dry_here(tmp_path):
     lines = [device.SUMMARY_LINE.match(line) for line in proc.stdout.splitlines()]
     assert [m["step"] for m in lines if m] == GPU_TESTS
     assert all(m["verdict"] == "SKIP" and m["detail"].startswith(f"{device.NO_GPU} (ran dry") for m in lines if m)
-    assert sorted(os.listdir(tmp_path)) == ["logs.tar.gz", "summary.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["logs.tar.gz", "summary.txt"]  # at most 8 files come back
 
 
 def test_without_any_mpi_launcher_the_tests_say_so(monkeypatch):
     monkeypatch.setattr(_launch, "mpiexec", lambda: None)  # the GPU machine before the carried MPICH is in
     with pytest.raises(RuntimeError, match="no MPI launcher"):
         _launch.mpiexec_command(2)
+
+
+def _point(bench, op, impl, nbytes, us, host=None, gbs=None):
+    return Record(bench=bench, op=op, impl=impl, ranks=1, bytes=nbytes, us_min=us, us_median=us, us_max=us,
+                  host_us=host, algbw_gbs=gbs, device="cuda")
+
+
+def test_the_gpu_report_judges_every_target():
+    mib = gpu_report.MiB
+    records = [
+        _point("collectives", "all_reduce", "hpc_c10d", 8, 7.0, host=6.0),
+        _point("collectives", "all_reduce", "nccl", 8, 6.0, host=5.0),  # 1.20: met
+        _point("collectives", "all_reduce", "hpc_c10d", mib, 30.0, host=10.3),
+        _point("collectives", "all_reduce", "nccl", mib, 30.0, host=10.0),  # 1.03: missed
+        _point("collectives", "all_reduce", "torch", 8, 8.0, host=5.0),
+        _point("collectives", "all_reduce", "torch", mib, 29.0, host=9.0),  # 30 / 29: slower than torch
+        _point("collectives", "all_reduce", "plugin", 8, 9.0, host=7.5),  # +2.5 µs over torch: missed
+        _point("training", "ddp step", "plugin", 100, 104.0),
+        _point("training", "ddp step", "torch", 100, 100.0),  # 1.04: met
+        _point("checkpoint", "write", "hpc_c10d", 4 << 30, 1.0, gbs=1.0),
+        _point("checkpoint", "write", "dcp", 4 << 30, 1.0, gbs=1.2),  # 0.83: met
+        _point("checkpoint", "read", "hpc_c10d", 4 << 30, 1.0, gbs=0.5),
+        _point("checkpoint", "read", "torch.save", 4 << 30, 1.0, gbs=1.0),  # 0.5: missed
+    ]
+    got = [v.met for v in gpu_report.verdicts(records)]
+    assert got == [True, False, False, False, True, True, False]
+    assert [v.met for v in gpu_report.verdicts([])] == [None] * 7
+
+
+def test_the_gpu_report_is_made_from_the_runs_json(tmp_path):
+    assert "No GPU benchmark ran" in gpu_report.report(str(tmp_path))
+    meta = {"command": "python -m hpc_c10d bench collectives --device cuda", "date": "2026-11-26", "host": "gpu1",
+            "gpu": "NVIDIA H100, driver CUDA 13.0, runtime CUDA 13.0, NCCL 2.28.3", "torch": "2.11.0",
+            "hpc_c10d": "0.1.0", "ranks": 1}
+    write_json(str(tmp_path / "bench-gpu.json"), meta, [_point("collectives", "all_reduce", "hpc_c10d", 8, 7.0, 6.0),
+                                                       _point("collectives", "all_reduce", "nccl", 8, 6.0, 5.0)])
+    text = gpu_report.report(str(tmp_path))
+    assert "NVIDIA H100, driver CUDA 13.0" in text and "| host time per call <= 1.2x" in text
+    assert "`python -m hpc_c10d bench collectives --device cuda`" in text and "### collectives: all_reduce" in text

@@ -1,16 +1,22 @@
 """Checkpoint bandwidth: ``hpc_c10d.checkpoint`` with every rank saving and loading its uneven slab,
-against one process writing and reading the whole global float64 array with plain h5py.
+against one process writing and reading the whole global float64 array with plain h5py, and with
+``--compare`` torch's own: ``torch.save``/``torch.load`` of each rank's slab to a file of its own,
+and ``torch.distributed.checkpoint`` (DCP) saving and loading the slabs in place.
 
-Rounds interleave the two; times include opening, writing and closing the file (and the rename).
-The page cache is not dropped, so both sides see the same cache: point ``--dir`` at the file
-system the jobs write to.
+With ``--device cuda`` the slabs are CUDA arrays (torch tensors where torch is installed, else
+cupy), saved from and loaded back into the GPU; plain h5py still writes from the host, as a
+baseline of the file system. Rounds interleave the implementations; times include opening,
+writing and closing the file (and the rename). The page cache is not dropped, so all see the same
+cache: point ``--dir`` at the file system the jobs write to.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,7 +24,9 @@ from .optional import unimportable
 from .report import Record
 from .sweep import Sweep
 
-__all__ = ["run", "unusable"]
+__all__ = ["run", "unusable", "TORCH_SAVERS"]
+
+TORCH_SAVERS = ("torch.save", "dcp")  # what --compare may name
 
 
 def _slabs(rows: int, ranks: int) -> list[int]:
@@ -40,15 +48,58 @@ def unusable(directory: str) -> str | None:
     return unimportable("h5py", "hdf5")
 
 
-def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:
-    """Write then read ``nbytes`` of float64, ``bench.rounds`` times, both ways."""
+def _on_device(host: np.ndarray, device: str) -> Any:
+    """``host`` where the benchmark keeps its slab: itself on the CPU, a CUDA array on the GPU."""
+    if device == "cpu":
+        return host
+    try:
+        import torch
+    except ImportError:
+        import cupy
+
+        return cupy.asarray(host)
+    return torch.from_numpy(host).to(f"cuda:{torch.cuda.current_device()}")
+
+
+def _as_host(array: Any) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    return array.get() if hasattr(array, "get") else array.cpu().numpy()
+
+
+def _torch_actions(mine: Any, directory: str, rank: int, compare: list[str]) -> dict[tuple[str, str], Callable]:
+    """torch.save/torch.load of this rank's slab to its own file, and DCP saving and loading it in place."""
+    if not compare:
+        return {}
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    if isinstance(mine, torch.Tensor):
+        tensor = mine
+    else:
+        tensor = torch.from_numpy(mine) if isinstance(mine, np.ndarray) else torch.from_dlpack(mine)
+    state = {f"x{rank}": tensor}  # a key per rank: each writes its own slab, as hpc_c10d's Shard does
+    pickled = os.path.join(directory, f"bench-torch-{rank}.pt")
+    shards = os.path.join(directory, "bench-dcp")
+    actions = {}
+    if "torch.save" in compare:
+        actions["write", "torch.save"] = lambda: torch.save(tensor, pickled)
+        actions["read", "torch.save"] = lambda: tensor.copy_(torch.load(pickled, map_location=tensor.device))
+    if "dcp" in compare:
+        actions["write", "dcp"] = lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(shards, overwrite=True))
+        actions["read", "dcp"] = lambda: dcp.load(state, storage_reader=dcp.FileSystemReader(shards))
+    return actions
+
+
+def run(bench: Sweep, nbytes: int, directory: str, compare: list[str]) -> list[Record]:
+    """Write then read ``nbytes`` of float64, ``bench.rounds`` times, every way."""
     import h5py
 
     from ..checkpoint import Shard, load, save
 
     rank, ranks = bench.rank, bench.size
     rows = max(ranks, nbytes // 8 // 1024)
-    mine = np.random.default_rng(rank).standard_normal((_slabs(rows, ranks)[rank], 1024))
+    mine = _on_device(np.random.default_rng(rank).standard_normal((_slabs(rows, ranks)[rank], 1024)), bench.device)
     whole = np.random.default_rng(9).standard_normal((rows, 1024)) if rank == 0 else None
     plain = os.path.join(directory, f"bench-h5py-{ranks}.h5")
     ours = os.path.join(directory, f"bench-hpc_c10d-{ranks}.h5")
@@ -62,8 +113,10 @@ def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:
             f["x"].read_direct(whole)
 
     actions = {("write", "hpc_c10d"): lambda: save({"x": Shard(mine)}, ours), ("write", "h5py"): write_plain,
-               ("read", "hpc_c10d"): lambda: load({"x": Shard(mine)}, ours), ("read", "h5py"): read_plain}
+               ("read", "hpc_c10d"): lambda: load({"x": Shard(mine)}, ours), ("read", "h5py"): read_plain,
+               **_torch_actions(mine, directory, rank, compare)}
     seconds: dict[tuple[str, str], list[float]] = {key: [] for key in actions}
+    sync = bench.sync()
     bench.progress.total = bench.rounds
     for round_ in range(bench.rounds):
         for (what, impl), action in actions.items():
@@ -72,10 +125,12 @@ def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:
                 continue
             start = time.perf_counter()
             action()
+            if sync is not None:
+                sync()
             seconds[what, impl].append(time.perf_counter() - start)
         bench.progress.step(f"round {round_ + 1}")
-    expected = np.random.default_rng(rank).standard_normal(mine.shape)
-    wrong = bench.comm.allreduce(int(np.count_nonzero(mine != expected)))
+    expected = np.random.default_rng(rank).standard_normal((_slabs(rows, ranks)[rank], 1024))
+    wrong = bench.comm.allreduce(int(np.count_nonzero(_as_host(mine) != expected)))
     total = rows * 1024 * 8
     records = []
     for (what, impl), values in seconds.items():
@@ -84,9 +139,12 @@ def run(bench: Sweep, nbytes: int, directory: str) -> list[Record]:
         records.append(Record(bench="checkpoint", op=what, impl=impl, ranks=ranks, bytes=total, count=rows * 1024,
                               dtype="float64", iters=1, rounds=bench.rounds, us_min=min(spread),
                               us_median=statistics.median(spread), us_max=slowest, algbw_gbs=total / slowest / 1e3,
-                              wrong=wrong if impl == "hpc_c10d" and what == "read" else None))
+                              device=bench.device, wrong=wrong if impl == "hpc_c10d" and what == "read" else None))
     bench.comm.Barrier()
     if rank == 0:
         for path in (plain, ours):
             os.remove(path)
+        shutil.rmtree(os.path.join(directory, "bench-dcp"), ignore_errors=True)
+    if "torch.save" in compare:
+        os.remove(os.path.join(directory, f"bench-torch-{rank}.pt"))
     return records

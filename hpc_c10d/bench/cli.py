@@ -17,16 +17,18 @@ from typing import Any
 import numpy as np
 
 from ..mpi import bootstrap
-from . import checkpoint, collectives, p2p, stores, torch_plugin
+from . import checkpoint, collectives, p2p, stores, torch_plugin, training
 from .optional import unimportable
 from .options import PROG, SUB_BENCHMARKS, parser
 from .report import Progress, Record, table, write_csv, write_json, wrong_total
-from .sweep import BASELINE, Sweep
-from .torch_side import init_torch, torch_missing
+from .sweep import BASELINE, TENSORS, Sweep
+from .torch_side import torch_missing
 
 __all__ = ["main", "parser"]
 
 _QUIET_EXIT_DELAY_S = 1.0  # see _refuse
+# the compared implementations that need torch
+TORCH_IMPLS = ("torch", torch_plugin.PLUGIN, TENSORS, *checkpoint.TORCH_SAVERS)
 
 
 def _meta(args: argparse.Namespace, ranks: int, notes: dict[str, str]) -> dict[str, Any]:
@@ -41,7 +43,23 @@ def _meta(args: argparse.Namespace, ranks: int, notes: dict[str, str]) -> dict[s
         from ..mpi.bootstrap import library_version
 
         meta["mpi_library"] = library_version()
+    if getattr(args, "device", "cpu") == "cuda":
+        meta["gpu"] = _gpu_meta()
     return meta
+
+
+def _gpu_meta() -> str:
+    """This rank's GPU, its driver, and the CUDA and NCCL versions in use, in one line."""
+    from ..nccl import cuda, library
+
+    runtime = cuda.cupy().cuda.runtime
+    props = runtime.getDeviceProperties(runtime.getDevice())
+
+    def version(code: int) -> str:
+        return f"{code // 1000}.{code % 1000 // 10}"
+
+    return (f"{props['name'].decode()}, driver CUDA {version(runtime.driverGetVersion())}, runtime CUDA "
+            f"{version(runtime.runtimeGetVersion())}, NCCL {'.'.join(map(str, library.load().version))}")
 
 
 def _emit(args: argparse.Namespace, records: list[Record], meta: dict[str, Any]) -> None:
@@ -49,6 +67,8 @@ def _emit(args: argparse.Namespace, records: list[Record], meta: dict[str, Any])
         print(f"# {meta['command']}\n# {meta['ranks']} ranks on {meta['host']} ({meta['cpus']} CPUs), "
               f"{meta.get('mpi_library', 'no MPI in this process')}, hpc_c10d {meta['hpc_c10d']}, "
               f"torch {meta['torch'] or 'not loaded'}")
+        if "gpu" in meta:
+            print(f"# GPU: {meta['gpu']}")
         for impl, why in meta["notes"].items():
             print(f"# {impl} left out: {why}")
         print(table(records))
@@ -88,7 +108,7 @@ def _lacking(args: argparse.Namespace, ranks: int) -> str | None:
     """What this rank lacks to run the sub-benchmark as asked (None: nothing)."""
     if getattr(args, "device", "cpu") == "cuda" and (problem := unimportable("cupy", "cuda13", "cuda12")):
         return f"--device cuda: {problem}"
-    if args.bench == "torch":
+    if args.bench in ("torch", "training"):
         return torch_missing()
     if args.bench == "p2p" and ranks < 2:
         return "needs at least 2 ranks (it pairs rank 0 with 1, 2 with 3, ...)"
@@ -114,7 +134,11 @@ def _refuse(args: argparse.Namespace, problem: str, says: bool) -> int:
 
 
 def _start_torch_sub_benchmark(args: argparse.Namespace, comm: Any) -> tuple[dict, list[str], dict, Any]:
-    """bench torch: torch's default group on the plugin, gloo beside it, raw mpi4py on the world."""
+    """bench torch: torch's default group on the plugin, gloo beside it, raw mpi4py on the world;
+    bench training: the plugin's default group and torch's own backend for the device beside it."""
+    if args.bench == "training":
+        tdist, native = torch_plugin.start("nccl" if args.device == "cuda" else "gloo")
+        return {}, [torch_plugin.PLUGIN, training.NATIVE], {}, (tdist, native)
     tdist, gloo = torch_plugin.start()
     apis = {torch_plugin.PLUGIN: (tdist, True), torch_plugin.GLOO: (torch_plugin.OnGroup(tdist, gloo), True)}
     return apis, [torch_plugin.PLUGIN, "mpi4py", torch_plugin.GLOO], {}, (tdist, gloo)
@@ -139,24 +163,29 @@ def _start_hpc_c10d(args: argparse.Namespace, comm: Any) -> tuple[dict, list[str
     if device == "cuda":  # a host MPI would read device memory
         _leave_out(impls, notes, "mpi4py", "raw mpi4py on GPU arrays needs a CUDA-aware MPI; compare with "
                                            "--compare nccl")
-    if "torch" in impls:
-        _leave_out(impls, notes, "torch", _anywhere(comm, torch_missing()))
+    for needs_torch in TORCH_IMPLS:
+        if needs_torch in impls:
+            _leave_out(impls, notes, needs_torch, _anywhere(comm, torch_missing()))
     tdist = None
-    if "torch" in impls and args.bench != "stores":
-        tdist = init_torch(comm, device)
-        apis["torch"] = (tdist, True)
+    if set(TORCH_IMPLS) & set(impls) and args.bench != "stores":
+        # torch's default group on the plugin (mpi://: no port), torch's own backend as a group beside it
+        tdist, native = torch_plugin.start("nccl" if device == "cuda" else "gloo")
+        apis.update({"torch": (torch_plugin.OnGroup(tdist, native), True), torch_plugin.PLUGIN: (tdist, True),
+                     TENSORS: (dist, True)})
     return apis, impls, notes, (tdist, None)
 
 
-def _measure(args: argparse.Namespace, bench: Sweep, gloo: Any) -> list[Record]:
+def _measure(args: argparse.Namespace, bench: Sweep, tdist: Any, gloo: Any) -> list[Record]:
     """Run the sub-benchmark ``args.bench`` on every rank."""
     if args.bench == "p2p":
         return p2p.run(bench, args.ops, args.sizes, args.factor, _dtype(args.dtype))
     if args.bench == "stores":
         return stores.run(bench, args.ops, {"default": None, "on": True, "off": False}[args.tcp_libuv],
                           args.busy_owner)
+    if args.bench == "training":
+        return training.run(bench, tdist, gloo, args.params, args.dtype, args.batch, args.strategies)
     if args.bench == "checkpoint":
-        return checkpoint.run(bench, args.size, args.dir)
+        return checkpoint.run(bench, args.size, args.dir, [c for c in args.compare if c in checkpoint.TORCH_SAVERS])
     records = collectives.run(bench, args.ops, args.sizes, args.factor, _dtype(args.dtype), args.redop, args.bench)
     if args.bench == "torch" and args.ddp_batch:
         records += torch_plugin.run_ddp(bench, gloo, args.ddp_batch)
@@ -169,14 +198,14 @@ def _run_in_job(args: argparse.Namespace) -> int:
     problem = _anywhere(comm, _lacking(args, comm.Get_size()))
     if problem:
         return _refuse(args, problem, says=comm.Get_rank() == 0)
-    starter = _start_torch_sub_benchmark if args.bench == "torch" else _start_hpc_c10d
+    starter = _start_torch_sub_benchmark if args.bench in ("torch", "training") else _start_hpc_c10d
     apis, impls, notes, (tdist, gloo) = starter(args, comm)
     bench = Sweep(apis=apis, comm=comm, impls=impls, device=getattr(args, "device", "cpu"),
                   async_op=getattr(args, "async_op", False), iters=getattr(args, "iters", 1),
                   batch_s=getattr(args, "batch_ms", 10.0) / 1e3, max_iters=getattr(args, "max_iters", 1),
                   warmup=getattr(args, "warmup", 0), rounds=args.rounds,
                   progress=Progress(0, comm.Get_rank() == 0 and not args.quiet), notes=notes)
-    records = _measure(args, bench, gloo)
+    records = _measure(args, bench, tdist, gloo)
     if comm.Get_rank() == 0:
         _emit(args, records, _meta(args, comm.Get_size(), bench.notes))
     if tdist is not None:

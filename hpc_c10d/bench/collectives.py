@@ -56,7 +56,9 @@ def _result(bench: Sweep, out: Any, impl: str) -> np.ndarray:
     return np.concatenate([bench.to_host(block).reshape(-1) for block in out])
 
 
-def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict[str, Callable[[], Any]]:
+def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str,
+           failed: dict[str, str]) -> dict[str, Callable[[], Any]]:
+    """Each implementation's call of ``op``; one that has none goes to ``failed`` with the reason."""
     member, mpi_op, _ = REDUCTIONS[redop]
     root = bench.rank == 0
     steps = {}
@@ -64,7 +66,10 @@ def _steps(bench: Sweep, op: Collective, inp: Any, out: Any, redop: str) -> dict
         if impl == "nccl":
             from .nccl_direct import direct_step
 
-            steps[impl] = direct_step(op.name, inp, member)
+            try:
+                steps[impl] = direct_step(op.name, inp, out, member)
+            except NotImplementedError as exc:
+                failed[impl] = str(exc)
             continue
         if impl == "mpi4py":
             from mpi4py import MPI
@@ -129,8 +134,8 @@ def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype
         host_in, host_out = op.buffers(case)
         inp = _convert(host_in, bench.to_device)
         out = inp if host_out is host_in else _convert(host_out, bench.to_device)
-        steps = _steps(bench, op, inp, out, case.redop)
         failed: dict[str, str] = {}
+        steps = _steps(bench, op, inp, out, case.redop, failed)
         wrong = _check(bench, op, case, steps, inp, out, failed)
         for array in _arrays(inp) + _arrays(out):
             array[...] = 0  # timed calls then add zeros: no overflow, no denormals, same work

@@ -11,6 +11,7 @@ from typing import Callable
 from .collective_ops import COLLECTIVES, REDUCTIONS
 from .p2p import P2P_OPS
 from .stores import STORE_OPS
+from .training import STRATEGIES
 from .units import parse_bytes, parse_range
 
 __all__ = ["parser", "PROG", "SUB_BENCHMARKS"]
@@ -42,7 +43,12 @@ SUB_BENCHMARKS = {
                 "all_reduce, then a store set, a get of the neighbour's key and an add to one shared key; the "
                 "launch's wall time beside them. Run it as ONE process, not under mpiexec or srun: it launches "
                 "the jobs itself."),
-    "checkpoint": ("HDF5 checkpoint save/load bandwidth vs one process with h5py",
+    "training": ("a DDP and an FSDP2 training step on backend 'hpc' vs torch's own backend",
+                 "Time a DDP step and an FSDP2 (fully_shard) step of one MLP on backend 'hpc' (the plugin) against "
+                 "torch's own backend over the same ranks (gloo on CPU, NCCL with --device cuda), after a "
+                 "checking step that compares the two backends' parameters; on a GPU also each step's peak "
+                 "memory. Needs torch."),
+    "checkpoint": ("HDF5 checkpoint save/load bandwidth vs one process with h5py (and torch's with --compare)",
                    "Save and load bandwidth of hpc_c10d.checkpoint, every rank writing and reading its uneven slab "
                    "of one float64 array in one HDF5 file, against one process writing and reading the whole "
                    "array with plain h5py. Needs h5py."),
@@ -50,20 +56,38 @@ SUB_BENCHMARKS = {
 
 #: sub-command -> (what --compare may name, what a bare --compare times, its help)
 _COMPARISONS = {
-    "collectives": (("mpi4py", "torch", "nccl"), ("mpi4py", "torch"),
+    "collectives": (("mpi4py", "torch", "nccl", "plugin", "hpc_c10d-tensors"), ("mpi4py", "torch"),
                     "also time the same calls through raw mpi4py (Allreduce, Bcast, ...) and torch.distributed "
                     "(gloo on CPU, NCCL with --device cuda) on the same memory, in the same rounds; IMPLS is a "
-                    "comma list of mpi4py, torch, nccl (default mpi4py,torch; torch where installed); nccl, with "
-                    "--device cuda, is the direct ncclAllReduce call"),
+                    "comma list of mpi4py, torch, nccl, plugin, hpc_c10d-tensors (default mpi4py,torch; torch "
+                    "where installed); nccl, with --device cuda, is the direct NCCL call (ncclAllReduce, ...) on "
+                    "the same communicator; plugin is torch.distributed on backend 'hpc'; hpc_c10d-tensors is "
+                    "hpc_c10d's own API called with torch tensors"),
     "p2p": (("mpi4py", "torch"), ("mpi4py", "torch"),
             "also time raw mpi4py Send/Recv/Isend/Irecv and torch.distributed's send/recv/isend/irecv (gloo) "
             "between the same pairs; IMPLS is mpi4py, torch or both (default both; torch where installed)"),
     "stores": (("torch",), ("torch",),
                "also time torch's TCPStore, its server on rank 0 (where torch is installed)"),
+    "checkpoint": (("torch.save", "dcp"), ("torch.save", "dcp"),
+                   "also time torch.save/torch.load of each rank's slab (a file per rank) and "
+                   "torch.distributed.checkpoint saving and loading the slabs in place; IMPLS is torch.save, dcp "
+                   "or both (default both; where torch is installed)"),
     "startup": (("torch",), ("torch",),
                 "also launch jobs that start torch's default env:// rendezvous (TCPStore on rank 0, gloo) "
                 "(where torch is installed)"),
 }
+
+
+def _parameter_count(text: str) -> int:
+    """``"100M"`` → 100_000_000 (K, M, G are decimal here: parameters, not bytes)."""
+    scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(text[-1:].upper(), 1)
+    try:
+        count = int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (e.g. 100M)") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"a parameter count must be positive, got {text!r}")
+    return count
 
 
 def _choices(allowed: tuple[str, ...], everything: str = "all") -> Callable[[str], list[str]]:
@@ -194,6 +218,19 @@ def parser() -> argparse.ArgumentParser:
     _timing_options(plug, 11)
     plug.set_defaults(compare=[])  # gloo and raw mpi4py are always beside the plugin
 
+    train = adders["training"]
+    train.add_argument("--params", type=_parameter_count, default="1M",
+                       help="about how many parameters the MLP has, e.g. 100M (default 1M)")
+    train.add_argument("-d", "--dtype", choices=("float32", "bfloat16"), default="float32",
+                       help="parameter type (default float32)")
+    train.add_argument("--batch", type=_positive, default=32, help="rows per rank and step (default 32)")
+    train.add_argument("--strategies", type=_choices(STRATEGIES), default="all",
+                       help=f"{', '.join(STRATEGIES)} or all (default all)")
+    train.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="where the model lives: cpu (torch's gloo beside) or cuda (NCCL) (default cpu)")
+    _timing_options(train, 5)
+    train.set_defaults(compare=[])  # torch's own backend is always beside the plugin
+
     p2p = adders["p2p"]
     _sized_options(p2p, P2P_OPS, "all")
     _timing_options(p2p, 11)
@@ -227,8 +264,9 @@ def parser() -> argparse.ArgumentParser:
     ckpt.add_argument("--size", type=parse_bytes, default="256M", help="global array bytes (default 256M)")
     ckpt.add_argument("--dir", default=".", help="an existing directory the files go to (default .)")
     ckpt.add_argument("-r", "--rounds", type=_positive, default=5,
-                      help="write and read rounds, the two implementations taking turns (default 5)")
-    ckpt.set_defaults(compare=[])  # one implementation; h5py is measured inside the sub-benchmark
+                      help="write and read rounds, the implementations taking turns (default 5)")
+    ckpt.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                      help="where the slabs live: cpu, or cuda (torch CUDA tensors, else cupy arrays) (default cpu)")
 
     for name, sub in adders.items():
         _output_options(sub)

@@ -95,7 +95,8 @@ def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype
         measured = bench.measure(steps, taking_part=paired)
         # a latency step is a round trip (two messages), a bandwidth step WINDOW messages
         per_step = 2 if op == "latency" else WINDOW
-        measured = {impl: (iters, tuple(us / per_step for us in spread)) for impl, (iters, spread) in measured.items()}
+        measured = {impl: t._replace(spread=(t.spread[0] / per_step, t.spread[1] / per_step, t.spread[2] / per_step))
+                    for impl, t in measured.items()}
         records += bench.records(measured, wrong, bench="p2p", op=op, bytes=nbytes, count=case.count,
                                  dtype=str(dtype), bus=1.0)
         bench.progress.step(f"{op} {fmt_bytes(nbytes)}")

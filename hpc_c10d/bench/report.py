@@ -38,6 +38,8 @@ class Record:
     algbw_gbs: float | None = None
     busbw_gbs: float | None = None
     wrong: int | None = None  # elements that differed from the reference in the checking pass
+    host_us: float | None = None  # on a GPU: the host's time to queue a call (slowest rank)
+    gpu_us: float | None = None  # on a GPU: the GPU's time per call, from CUDA events (slowest rank)
     note: str = ""
 
 
@@ -70,7 +72,8 @@ class _Columns:
     """The columns of one (bench, op) table: the point (size or ranks), the first implementation's
     min/median/max time, bandwidths and wrong count where there are any, then each other
     implementation's slowest-rank time, the ratio first / other (below 1: the first is faster) and its
-    wrong count where it was checked. Times are in one unit, named in the headers."""
+    wrong count where it was checked; on a GPU last each implementation's host and GPU time per
+    call. Times are in one unit, named in the headers."""
 
     def __init__(self, group: list[Record]) -> None:
         impls = list(dict.fromkeys(r.impl for r in group))
@@ -79,6 +82,7 @@ class _Columns:
         self.sized = any(r.count for r in group)
         self.bandwidths = [n for n in ("algbw", "busbw") if any(getattr(r, f"{n}_gbs") is not None for r in group)]
         self.checked = {r.impl for r in group if r.wrong is not None}
+        self.device_times = any(r.gpu_us is not None for r in group)
         self.unit, self.scale = _unit(group)
 
     def header(self) -> list[str]:
@@ -88,6 +92,8 @@ class _Columns:
         head += [f"{name} GB/s" for name in self.bandwidths] + (["#wrong"] if base in self.checked else [])
         for other in self.others:
             head += [f"{other} max ({unit})", f"{base} / {other}"] + self._wrong(other, f"{other} #wrong")
+        if self.device_times:
+            head += [f"{impl} {part} ({unit})" for impl in (base, *self.others) for part in ("host", "GPU")]
         return head
 
     def row(self, ranks: int, nbytes: int, point: dict[str, Record]) -> list[str]:
@@ -107,6 +113,11 @@ class _Columns:
                 cells += ["failed" if o else "", ""] + wrong
             else:
                 cells += [self._time(o.us_max), f"{b.us_max / o.us_max:.2f}" if b and b.us_max else ""] + wrong
+        if self.device_times:
+            for impl in (self.base, *self.others):
+                r = point.get(impl)
+                times = (r.host_us, r.gpu_us) if r else (None, None)
+                cells += [self._time(us) if us is not None else "" for us in times]
         return cells
 
     def _time(self, us: float) -> str:

@@ -11,7 +11,7 @@ from .report import Record
 from .sweep import Sweep
 from .torch_side import single_host
 
-__all__ = ["start", "OnGroup", "run_ddp", "PLUGIN", "GLOO"]
+__all__ = ["start", "OnGroup", "run_ddp", "step_of", "PLUGIN", "GLOO"]
 
 PLUGIN, GLOO = "plugin", "gloo"
 
@@ -26,8 +26,9 @@ class OnGroup:
         return partial(getattr(self._tdist, name), group=self._group)
 
 
-def start() -> tuple[Any, Any]:
-    """torch's default group on backend "hpc" (``mpi://``: no port), and a gloo group over the same ranks."""
+def start(native: str = GLOO) -> tuple[Any, Any]:
+    """torch's default group on backend "hpc" (``mpi://``: no port), and a group of torch's own
+    ``native`` backend (gloo, or nccl for CUDA) over the same ranks, bootstrapped through its store."""
     import torch
     import torch.distributed as tdist
     from mpi4py import MPI
@@ -38,7 +39,7 @@ def start() -> tuple[Any, Any]:
     plugin.register()
     tdist.init_process_group(plugin.BACKEND_NAME, init_method="mpi://")
     single_host(MPI.COMM_WORLD)  # gloo on the loopback interface when the job has one host
-    return tdist, tdist.new_group(backend="gloo")
+    return tdist, tdist.new_group(backend=native)
 
 
 def _mlp(torch: Any) -> Any:
@@ -48,7 +49,8 @@ def _mlp(torch: Any) -> Any:
     return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
 
 
-def _step_of(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
+def step_of(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
+    """One training step of ``model`` (zero_grad, forward, MSE loss, backward, SGD) on ``x``, ``y``."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step() -> None:
@@ -67,7 +69,7 @@ def run_ddp(bench: Sweep, gloo: Any, batch: int) -> list[Record]:
 
     x, y = torch.randn(batch, 256), torch.randn(batch, 10)
     models = {PLUGIN: DDP(_mlp(torch)), GLOO: DDP(_mlp(torch), process_group=gloo), "local": _mlp(torch)}
-    steps = {name: _step_of(torch, model, x, y) for name, model in models.items()}
+    steps = {name: step_of(torch, model, x, y) for name, model in models.items()}
     bench.batch_s, bench.max_iters = bench.batch_s * 5, 200  # steps take milliseconds
     params = sum(p.numel() for p in models["local"].parameters())
     return bench.records(bench.measure(steps), {}, bench="torch", op=f"DDP step (batch {batch})",

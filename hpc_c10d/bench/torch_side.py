@@ -1,4 +1,4 @@
-"""torch.distributed beside MPI, for comparison: gloo (or NCCL) started from the MPI job, TCPStore, tensor views."""
+"""torch.distributed beside MPI, for comparison: one host or many, TCPStore, tensor views."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from .optional import unimportable
 
-__all__ = ["torch_missing", "single_host", "rendezvous", "init_torch", "tcp_store", "as_tensor"]
+__all__ = ["torch_missing", "single_host", "rendezvous", "tcp_store", "as_tensor"]
 
 
 def torch_missing() -> str | None:
@@ -43,18 +43,6 @@ def rendezvous(comm: Any) -> tuple[str, int]:
             probe.bind((host if host == "127.0.0.1" else "", 0))
             port = probe.getsockname()[1]
     return host, comm.bcast(port, root=0)
-
-
-def init_torch(comm: Any, device: str) -> Any:
-    """Start torch.distributed over the same ranks (gloo on CPU, NCCL on CUDA); return the module."""
-    import torch
-    import torch.distributed as tdist
-
-    torch.set_num_threads(1)
-    host, port = rendezvous(comm)
-    tdist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://{host}:{port}",
-                             rank=comm.Get_rank(), world_size=comm.Get_size(), timeout=timedelta(seconds=300))
-    return tdist
 
 
 def tcp_store(comm: Any, use_libuv: bool | None) -> Any:

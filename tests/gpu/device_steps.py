@@ -10,7 +10,8 @@ GPU that went unseen) fails: each pytest step says how many of its tests must ru
     python tests/gpu/device_steps.py --out DIR [--part check|bench|all] [--only STEP,...] [--list]
 
 Under DIR: ``summary.txt`` (one line per step, ``STEP VERDICT SECONDS s DETAIL``, then a count),
-``logs.tar.gz`` (every step's log) and what the benchmark steps write. The whole run stops
+``logs.tar.gz`` (every step's log) and what the benchmark steps write: their JSON, the plot, and
+``benchmarks-gpu.md``, docs/benchmarks.md's GPU section (tests/gpu/gpu_report.py). The whole run stops
 starting steps once its budget (``--budget``) is spent; those steps end FAIL "not run".
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -77,6 +79,9 @@ def _mpi(n: int, *argv: str) -> tuple[str, ...]:
     return ("{mpiexec}", "-n", str(n), *argv)
 
 
+COMPARED = "nccl,torch,plugin,hpc_c10d-tensors"  # beside hpc_c10d on cupy arrays
+
+
 def _bench(*args: str) -> tuple[str, ...]:
     return _mpi(1, "{python}", "-m", "hpc_c10d", "bench", *args)
 
@@ -100,11 +105,18 @@ STEPS = (
                 "-f", "32", "--compare", "nccl,torch")),
     Step("bench-collectives", "bench", True, 240,
          _bench("collectives", "--device", "cuda", "--ops", "all_reduce,broadcast,all_gather,reduce_scatter,all_to_all",
-                "-b", "8:1G", "-f", "32", "-r", "5", "--compare", "nccl,torch", "--json", "{out}/bench-gpu.json",
+                "-b", "8:1G", "-f", "32", "-r", "5", "--compare", COMPARED, "--json", "{out}/bench-gpu.json",
                 "--plot", "{out}/bench-gpu.png")),
-    Step("bench-collectives-async", "bench", True, 180,
+    Step("bench-collectives-async", "bench", True, 120,
          _bench("collectives", "--device", "cuda", "--ops", "all_reduce", "-a", "-b", "8:1G", "-f", "32", "-r", "5",
-                "--compare", "nccl,torch", "--json", "{out}/bench-gpu-async.json")),
+                "--compare", COMPARED, "--json", "{out}/bench-gpu-async.json")),
+    Step("bench-training", "bench", True, 150,
+         _bench("training", "--device", "cuda", "--params", "100M", "-d", "bfloat16", "--batch", "64", "-r", "5",
+                "--json", "{out}/bench-training.json")),
+    Step("bench-checkpoint", "bench", True, 240,
+         _bench("checkpoint", "--device", "cuda", "--size", "4G", "--dir", "{scratch}", "-r", "2", "--compare",
+                "torch.save,dcp", "--json", "{out}/bench-checkpoint.json")),
+    Step("benchmarks-doc", "bench", False, 60, ("{python}", os.path.join("tests", "gpu", "gpu_report.py"), "{out}")),
 )
 
 
@@ -148,12 +160,14 @@ def _dry_verdict(step: Step, rc: int, output: str) -> tuple[str, str]:
     return "SKIP", f"{NO_GPU} (ran dry, exit {rc}: {_last_line(output)})"
 
 
-def run_step(step: Step, out: str, logs: str, limit_s: float, have_gpu: bool) -> tuple[str, float, str]:
-    """(verdict, seconds, detail) of one step; its output goes to ``logs/<name>.log``."""
+def run_step(step: Step, out: str, scratch: str, logs: str, limit_s: float,
+             have_gpu: bool) -> tuple[str, float, str]:
+    """(verdict, seconds, detail) of one step; its output goes to ``logs/<name>.log``, large files
+    to ``scratch`` (``out`` comes back from the device: a few small files only)."""
     if limit_s < 5:
         return "FAIL", 0.0, "not run: the run's time budget was spent"
     fill = {"{python}": sys.executable, "{mpiexec}": os.environ.get("MPIEXEC", "mpiexec")}
-    argv = [fill.get(a, a).replace("{out}", out) for a in step.argv]
+    argv = [fill.get(a, a).replace("{out}", out).replace("{scratch}", scratch) for a in step.argv]
     timeout = min(step.timeout_s, int(limit_s))
     start = time.monotonic()
     with open(os.path.join(logs, f"{step.name}.log"), "w") as log:
@@ -216,11 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     have_gpu = gpu_count() > 0
     deadline = time.monotonic() + args.budget
     lines, verdicts = [], []
-    for step in chosen:
-        verdict, seconds, detail = run_step(step, out, logs, deadline - time.monotonic(), have_gpu)
-        lines.append(summary_line(step.name, verdict, seconds, detail))
-        verdicts.append(verdict)
-        print(lines[-1], flush=True)
+    scratch = tempfile.mkdtemp(prefix="hpc-c10d-device-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
+    try:
+        for step in chosen:
+            verdict, seconds, detail = run_step(step, out, scratch, logs, deadline - time.monotonic(), have_gpu)
+            lines.append(summary_line(step.name, verdict, seconds, detail))
+            verdicts.append(verdict)
+            print(lines[-1], flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS)
     lines.append(f"device run: {counts} ({'with' if have_gpu else 'without'} a GPU)")
     print(lines[-1], flush=True)
