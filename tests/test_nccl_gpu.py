@@ -206,6 +206,21 @@ def test_the_op_waits_for_work_queued_on_the_callers_stream(gpu):
     assert float(x.min()) == float(x.max()) == 100.0 * size
 
 
+def test_a_result_waited_for_on_another_stream_is_correct(gpu):
+    size = dist.get_world_size()
+    producer, consumer = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    with producer:
+        x = cupy.zeros(1 << 22, dtype=cupy.float32)
+        for _ in range(50):
+            x += 1
+        work = dist.all_reduce(x, async_op=True)  # ordered after the producer's additions
+    with consumer:
+        work.wait()  # the consumer, now current, waits for the collective; the host does not
+        y = x * 2
+    consumer.synchronize()
+    assert float(y.min()) == float(y.max()) == 100.0 * size
+
+
 def test_async_work_waits_on_the_stream_and_completes(gpu):
     size = dist.get_world_size()
     x = cupy.ones(1 << 20, dtype=cupy.float32)

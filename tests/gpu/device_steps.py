@@ -92,8 +92,8 @@ STEPS = (
     Step("info", "check", False, 60, _mpi(1, "{python}", "-m", "hpc_c10d", "info")),
     Step("cupy", "check", True, 60, ("{python}", PROBES, "cupy")),
     Step("nccl", "check", True, 90, _mpi(1, "{python}", PROBES, "nccl")),
-    # 65 tests: at one rank only the ring (two ranks) and the shared-GPU refusal skip
-    Step("nccl-gpu-tests", "check", True, 240, _mpi(1, *_pytest("tests/test_nccl_gpu.py")), Expect(63, 2)),
+    # 66 tests: at one rank only the ring (two ranks) and the shared-GPU refusal skip
+    Step("nccl-gpu-tests", "check", True, 240, _mpi(1, *_pytest("tests/test_nccl_gpu.py")), Expect(64, 2)),
     Step("one-gpu-two-ranks", "check", True, 120,
          _mpi(2, *_pytest("tests/test_nccl_gpu.py", "-k", "two_ranks_on_one_gpu")), Expect(1, 0)),
     Step("torch-cuda-tests", "check", True, 180, _mpi(1, *_pytest("tests/test_torch_cuda.py")), Expect(11, 0)),
