@@ -71,6 +71,7 @@ def main() -> int:
     from . import distributed_c10d as dist
     from ._state import _world
     from .mpi import bootstrap
+    from .torch._rendezvous import env_store
 
     dist.init_process_group()
     layout = rank_layout()
@@ -80,6 +81,8 @@ def main() -> int:
         print(f"{'MPI library':16s} {bootstrap.library_version()}")
         print(f"{'thread level':16s} {_world.thread_level}")
         print(f"{'NCCL library':16s} {nccl_library()}")
+        if "torch" in versions():
+            print(f"{'torch store':16s} {env_store()}")
         print(f"{'world size':16s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
         for job in dict.fromkeys(r["job"] for r in layout):
             print(f"{'job':16s} {job}")

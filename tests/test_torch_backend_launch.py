@@ -94,3 +94,50 @@ def test_unmodified_script_under_srun():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270, cwd=ROOT,
                           env=fresh_env(drop=("SLURM_", *_TORCH_RENDEZVOUS), PATH=path, **conf))
     _check_script_output(proc, cmd, 4)
+
+
+FRAMEWORK_SCRIPT = os.path.join(ROOT, "tests", "programs", "torch_framework_store.py")
+# never opened: the test fails if anything listens there (rank 0's TCPStore would)
+_UNUSED_PORT = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29431"}
+
+
+@_serial_only
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_framework_setting_master_addr_under_mpiexec_gets_the_mpi_store_and_no_port(nprocs):
+    cmd = ["timeout", "120", *mpiexec_command(nprocs), sys.executable, FRAMEWORK_SCRIPT]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=ROOT,
+                          env=fresh_env(drop=_TORCH_RENDEZVOUS, **_UNUSED_PORT))
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    found = sorted(re.findall(r"rank (\d+)/\d+: (\w+), nothing listens on MASTER_PORT, all_reduce ok", proc.stdout))
+    assert found == [(str(r), "MPIStore") for r in range(nprocs)], proc.stdout
+
+
+@_serial_only
+def test_torchrun_asking_for_hpc_gets_one_clear_error_naming_mpiexec_before_anything_waits():
+    code = ("import time, torch.distributed as d\n"
+            "from datetime import timedelta\n"
+            "start = time.monotonic()\n"
+            "try:\n"
+            "    d.init_process_group('hpc', timeout=timedelta(seconds=60))\n"
+            "except ValueError as e:\n"
+            "    print('ValueError:', e)\n"
+            "print(f'after {time.monotonic() - start:.1f} s')\n")
+    torchrun = {"TORCHELASTIC_RUN_ID": "job", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                "LOCAL_WORLD_SIZE": "2", **_UNUSED_PORT}  # rank 1: torch's TCPStore would wait for rank 0
+    proc = _python(code, **torchrun)
+    assert proc.returncode == 0, proc.stderr
+    assert "ValueError: torchrun started 2 processes" in proc.stdout and "`mpiexec -n N` or `srun -n N`" in proc.stdout
+    assert float(re.search(r"after ([\d.]+) s", proc.stdout).group(1)) < 30, proc.stdout
+
+
+@_serial_only
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+def test_info_says_which_store_torch_gives_backend_hpc():
+    cmd = ["timeout", "120", *mpiexec_command(1), sys.executable, "-m", "hpc_c10d", "info"]
+    for env, says in (({}, "MPIStore: env:// rendezvouses through MPI"), (_UNUSED_PORT, "MPIStore for backend 'hpc'"),
+                      ({**_UNUSED_PORT, "HPC_C10D_TORCH_STORE": "tcp"}, "torch's TCPStore (HPC_C10D_TORCH_STORE=tcp)")):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=ROOT,
+                              env=fresh_env(drop=_TORCH_RENDEZVOUS, **env))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert re.search(rf"^torch store +{re.escape(says)}", proc.stdout, re.M), proc.stdout

@@ -17,7 +17,9 @@ def _create(options: Any, backend_options: Any) -> Any:
     """torch's backend creator (extended API): a ProcessGroupHPC on the group's own communicator."""
     from ._comms import group_communicator
     from ._process_group import ProcessGroupHPC
+    from ._rendezvous import claim_for_mpi
 
+    claim_for_mpi(options.store)  # an env:// store under MASTER_ADDR/MASTER_PORT: MPI's, no port
     ranks = list(options.global_ranks_in_group)
     comm = group_communicator(ranks, options.group_rank, options.group_size)
     return ProcessGroupHPC(comm, ranks, options.group_id, options.timeout)
