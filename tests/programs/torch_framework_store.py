@@ -10,20 +10,8 @@ import os
 
 import torch
 import torch.distributed as tdist
+from _listening import listening_ports
 from mpi4py import MPI
-
-
-def listening_ports():
-    """The TCP ports this machine listens on (IPv4 and IPv6), from /proc."""
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        if os.path.exists(table):
-            with open(table) as f:
-                for line in f.readlines()[1:]:
-                    local, state = line.split()[1], line.split()[3]
-                    if state == "0A":  # LISTEN
-                        ports.add(int(local.rsplit(":", 1)[1], 16))
-    return ports
 
 
 rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
