@@ -31,10 +31,11 @@ def _needs(package):
                               reason=f"{package} is not installed (pip install '.[frameworks]')")
 
 
-def _check(proc, scenario, nprocs):
+def _check(proc, scenario, nprocs, environment):
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    found = sorted(re.findall(rf"{scenario} rank (\d+)/(\d+): (\w+) store, parameters match", proc.stdout))
-    assert found == [(str(r), str(nprocs), "MPIStore") for r in range(nprocs)], proc.stdout
+    found = sorted(re.findall(rf"{scenario} rank (\d+)/(\d+): (\w+) store, parameters match \((\w+)\)",
+                              proc.stdout))
+    assert found == [(str(r), str(nprocs), "MPIStore", environment) for r in range(nprocs)], proc.stdout
 
 
 def _under_mpiexec(scenario, nprocs):
@@ -48,7 +49,7 @@ def _under_mpiexec(scenario, nprocs):
 @pytest.mark.parametrize("nprocs", [2, 3])
 @pytest.mark.parametrize("scenario", LIGHTNING)
 def test_lightning_under_mpiexec(scenario, nprocs):
-    _check(_under_mpiexec(scenario, nprocs), scenario, nprocs)
+    _check(_under_mpiexec(scenario, nprocs), scenario, nprocs, "MPIEnvironment")
 
 
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
@@ -56,7 +57,7 @@ def test_lightning_under_mpiexec(scenario, nprocs):
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_accelerate_on_a_group_made_first(nprocs):
     proc = _under_mpiexec("accelerate", nprocs)
-    _check(proc, "accelerate", nprocs)
+    _check(proc, "accelerate", nprocs, "accelerate")
     assert "accelerator.state.backend is 'gloo'" in proc.stdout  # what docs/frameworks.md warns of
 
 
@@ -65,16 +66,18 @@ _slurm_problem = slurm_cluster_problem() if outer_world_size() == 1 else "serial
 
 @pytest.mark.skipif(bool(_slurm_problem) and not slurm_required(), reason=_slurm_problem or "")
 @_needs("lightning")
+@pytest.mark.parametrize("nprocs", [2, 3])
 @pytest.mark.parametrize("scenario", LIGHTNING)
-def test_lightning_under_srun(scenario):
+def test_lightning_under_srun(scenario, nprocs):
+    """Lightning picks its SLURMEnvironment here, which sets MASTER_ADDR/MASTER_PORT too."""
     assert not _slurm_problem, f"HPC_C10D_REQUIRE_SLURM=1 but {_slurm_problem}"
     conf = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    cmd = ["timeout", "240", "srun", "-n", "2", "--ntasks-per-node=2", "--overcommit", f"--mpi={flavour().srun_mpi}",
-           sys.executable, PROGRAM, scenario]
+    cmd = ["timeout", "240", "srun", "-n", str(nprocs), f"--ntasks-per-node={nprocs}", "--overcommit",
+           f"--mpi={flavour().srun_mpi}", sys.executable, PROGRAM, scenario]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270, cwd=ROOT,
                           env=fresh_env(drop=("SLURM_", *_RENDEZVOUS), PATH=path, **conf))
-    _check(proc, scenario, 2)
+    _check(proc, scenario, nprocs, "SLURMEnvironment")
 
 
 @pytest.mark.skipif(bool(_slurm_problem) and not slurm_required(), reason=_slurm_problem or "")

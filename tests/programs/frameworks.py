@@ -8,7 +8,8 @@
 Each rank trains on its share of every batch; every rank also trains a copy of the model alone on
 the whole batch, which the distributed model must equal after the last step (what gloo gives,
 without opening gloo's ports). Each rank prints ``<scenario> rank R/N: <store> store, parameters
-match`` with the store torch's default group got (nothing may listen on ``MASTER_PORT``).
+match (<Lightning's cluster environment>)`` with the store torch's default group got (nothing may
+listen on ``MASTER_PORT``).
 """
 import os
 import sys
@@ -67,7 +68,7 @@ def fabric_run(strategy):
         opt.zero_grad()
         fabric.backward(torch.nn.functional.mse_loss(model(x[mine(step)]), y[mine(step)]))
         opt.step()
-    return model, reference
+    return model, reference, type(fabric.strategy.cluster_environment).__name__
 
 
 def fabric_ddp():
@@ -116,7 +117,7 @@ def trainer_ddp():
                         max_steps=STEPS, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, use_distributed_sampler=False)
     trainer.fit(Module(), loader)
-    return model, reference
+    return model, reference, type(trainer.strategy.cluster_environment).__name__
 
 
 def accelerate():
@@ -134,7 +135,7 @@ def accelerate():
         opt.step()
     assert accelerator.num_processes == SIZE and accelerator.process_index == RANK
     print(f"accelerate rank {RANK}: accelerator.state.backend is {accelerator.state.backend!r}", flush=True)
-    return accelerator.unwrap_model(model), reference
+    return accelerator.unwrap_model(model), reference, "accelerate"
 
 
 def default_store_kind():
@@ -147,7 +148,8 @@ def default_store_kind():
 
 if __name__ == "__main__":
     scenario = sys.argv[1]
-    trained, alone = {f.__name__: f for f in (fabric_ddp, fabric_fsdp2, trainer_ddp, accelerate)}[scenario]()
+    scenarios = {f.__name__: f for f in (fabric_ddp, fabric_fsdp2, trainer_ddp, accelerate)}
+    trained, alone, environment = scenarios[scenario]()
     assert tdist.get_backend() == "hpc", tdist.get_backend()
     kind = default_store_kind()
     port = os.environ.get("MASTER_PORT")  # Lightning sets it; nothing may listen there
@@ -156,7 +158,7 @@ if __name__ == "__main__":
     for got, want in zip(trained.parameters(), alone.parameters()):
         got = got.full_tensor() if hasattr(got, "full_tensor") else got
         torch.testing.assert_close(got.detach(), want.detach(), rtol=1e-5, atol=1e-6)
-    print(f"{scenario} rank {RANK}/{SIZE}: {kind} store, parameters match", flush=True)
+    print(f"{scenario} rank {RANK}/{SIZE}: {kind} store, parameters match ({environment})", flush=True)
 
 
 def submitit_task():
