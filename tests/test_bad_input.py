@@ -226,6 +226,14 @@ CASES = [
     Case("new_group", "a duplicate rank", ValueError, "duplicate ranks", lambda r, s, g: dist.new_group([0, 0])),
     Case("new_group", "an int as timeout", TypeError, NOT_TIMEDELTA,
          lambda r, s, g: dist.new_group([0], timeout=5)),
+    Case("new_group", "a zero timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_group([0], timeout=timedelta(0))),
+    Case("new_group", "a negative timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_group([0], timeout=timedelta(seconds=-1))),
+    Case("new_subgroups", "a zero timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_subgroups(group_size=1, timeout=timedelta(0))),
+    Case("monitored_barrier", "a negative timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.monitored_barrier(timeout=timedelta(seconds=-1))),
     Case("new_subgroups", "group_size > world size", ValueError, "must not exceed the group size",
          lambda r, s, g: dist.new_subgroups(group_size=s + 1)),
     Case("monitored_barrier", "an int as timeout", TypeError, NOT_TIMEDELTA,
@@ -473,6 +481,8 @@ print("ALL OK")
 def test_init_timeout_must_be_timedelta():
     _run_fresh(_EXPECT_RAISES + r"""
 expect(TypeError, r"timedelta", dist.init_process_group, timeout=30)
+from datetime import timedelta
+expect(RuntimeError, r"Invalid timeout", dist.init_process_group, timeout=timedelta(0))
 assert not dist.is_initialized()
 print("ALL OK")
 """)
