@@ -9,6 +9,7 @@ which is ``HPC_C10D_TIMEOUT`` or torch's 30 minutes unless ``init_process_group`
 
 from __future__ import annotations
 
+import operator
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -40,8 +41,10 @@ def _checked_ranks(ranks: Any, world_size: int, what: str) -> list[int]:
         raise TypeError(f"{what} must be a list of ints, got {type(ranks).__name__}")
     checked = []
     for r in ranks:
-        if not isinstance(r, int):
-            raise TypeError(f"{what} must hold ints, got {r!r}")
+        try:
+            r = operator.index(r)  # any integral index, as torch takes ranks
+        except TypeError:
+            raise TypeError(f"{what} must hold ints, got {r!r}") from None
         if not 0 <= r < world_size:
             raise ValueError(f"rank {r} in {what} is out of range for a world of {world_size} ranks")
         checked.append(r)
