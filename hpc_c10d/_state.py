@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .process_group import ProcessGroup, as_rank
+from .process_group import ProcessGroup
 
 __all__ = ["_world", "GroupMember", "group", "default_group", "resolve_group", "to_group_rank"]
 
@@ -125,4 +125,4 @@ def to_group_rank(pg: ProcessGroup, global_rank: int | None, group_rank: int | N
         if default is None:
             raise ValueError(f"Must specify {name} or group_{name}")
         return default  # a group rank: rank 0 of the group, also for subgroups without global rank 0
-    return pg.group_rank(as_rank(global_rank, name))
+    return pg.group_rank(global_rank, name)

@@ -155,12 +155,14 @@ class ProcessGroup(TorchProcessGroupAPI):
                              f"(valid: 0..{self._size - 1})")
         return self._global_ranks[group_rank]
 
-    def group_rank(self, global_rank: int) -> int:
-        """Return the group rank of ``global_rank``; ValueError if it is not a member."""
-        global_rank = as_rank(global_rank, "global_rank")
+    def group_rank(self, global_rank: int, name: str | None = None) -> int:
+        """Return the group rank of ``global_rank``; ValueError if it is not a member (the messages name
+        the argument ``name`` where given)."""
+        global_rank = as_rank(global_rank, name or "global_rank")
         found = self._group_rank_of.get(global_rank)
         if found is None:
-            raise ValueError(f"Global rank {global_rank} is not part of group {self._name!r} "
+            where = f"{name}: " if name else ""
+            raise ValueError(f"{where}Global rank {global_rank} is not part of group {self._name!r} "
                              f"(its ranks: {list(self._global_ranks)})")
         return found
 
@@ -204,13 +206,14 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._transports = {device: wrapped(t) for device, t in self._transports.items()}
         self._cpu = self._transports.get("cpu")
 
-    def _transport(self, x: Any) -> Transport:
+    def _transport(self, x: Any, name: str = "tensor") -> Transport:
         if type(x) is np.ndarray and self._cpu is not None:
             return self._cpu
-        return self._transport_for_device(device_type(x))
+        return self._transport_for_device(device_type(x, name))
 
-    def _transport_of_all(self, arrays: Sequence[Any], name: str) -> Transport:
-        devices = {device_type(a) for a in arrays}
+    def _transport_of_all(self, name: str, **arguments: Sequence[Any]) -> Transport:
+        """The one transport serving every array of ``arguments`` (argument name -> its arrays)."""
+        devices = {device_type(a, arg) for arg, arrays in arguments.items() for a in arrays}
         if len(devices) > 1:
             raise ValueError(f"{name}: all arrays must be on one device type, got {sorted(devices)}")
         return self._transport_for_device(devices.pop() if devices else "cpu")
@@ -280,7 +283,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.allgather_list(tensor_list, tensor, async_op, tensor_list)
         tensor_list = _check_list(tensor_list, "tensor_list", self._size)
-        t = self._transport_of_all([tensor, *tensor_list], "all_gather")
+        t = self._transport_of_all("all_gather", tensor=[tensor], tensor_list=tensor_list)
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "tensor_list") for o in tensor_list]
         _same_dtype([inp, *outs], "all_gather")
@@ -294,7 +297,7 @@ class ProcessGroup(TorchProcessGroupAPI):
                 output.size == input.size * self._size):
             self._seq += 1
             return t.allgather(output, input, async_op, output)
-        t = self._transport_of_all([output, input], "all_gather_into_tensor")
+        t = self._transport_of_all("all_gather_into_tensor", output_tensor=[output], input_tensor=[input])
         out, inp = t.adapt_output(output, "output_tensor"), t.adapt_input(input, "input_tensor")
         _same_dtype([out, inp], "all_gather_into_tensor")
         if out.size != inp.size * self._size:
@@ -322,7 +325,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         root = self._check_root(root, "gather")
         is_root = self._rank == root
         gather_list = self._root_only_list(gather_list, is_root, "gather_list", "destination")
-        t = self._transport_of_all([tensor, *(gather_list or ())], "gather")
+        t = self._transport_of_all("gather", tensor=[tensor], gather_list=gather_list or ())
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
         _same_dtype([inp, *(outs or ())], "gather")
@@ -339,7 +342,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         root = self._check_root(root, "scatter")
         is_root = self._rank == root
         scatter_list = self._root_only_list(scatter_list, is_root, "scatter_list", "source")
-        t = self._transport_of_all([tensor, *(scatter_list or ())], "scatter")
+        t = self._transport_of_all("scatter", tensor=[tensor], scatter_list=scatter_list or ())
         out = t.adapt_output(tensor, "tensor")
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
         _same_dtype([out, *(inps or ())], "scatter")
@@ -350,7 +353,7 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _reduce_scatter(self, output, input_list, op, async_op):
         check_reduce_op(op, "reduce_scatter")
         input_list = _check_list(input_list, "input_list", self._size)
-        t = self._transport_of_all([output, *input_list], "reduce_scatter")
+        t = self._transport_of_all("reduce_scatter", output=[output], input_list=input_list)
         out = t.adapt_output(output, "output")
         inps = [t.adapt_input(i, "input_list") for i in input_list]
         _same_dtype([out, *inps], "reduce_scatter")
@@ -365,7 +368,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.reduce_scatter(output, input, op, async_op, output)
         check_reduce_op(op, "reduce_scatter_tensor")
-        t = self._transport_of_all([output, input], "reduce_scatter_tensor")
+        t = self._transport_of_all("reduce_scatter_tensor", output=[output], input=[input])
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
         _same_dtype([out, inp], "reduce_scatter_tensor")
         if inp.size != out.size * self._size:
@@ -377,7 +380,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _all_to_all(self, output_tensor_list, input_tensor_list, async_op):
         outs_user = _check_list(output_tensor_list, "output_tensor_list", self._size)
         ins_user = _check_list(input_tensor_list, "input_tensor_list", self._size)
-        t = self._transport_of_all([*outs_user, *ins_user], "all_to_all")
+        t = self._transport_of_all("all_to_all", output_tensor_list=outs_user,
+                                   input_tensor_list=ins_user)
         outs = [t.adapt_output(o, "output_tensor_list") for o in outs_user]
         inps = [t.adapt_input(i, "input_tensor_list") for i in ins_user]
         _same_dtype([*outs, *inps], "all_to_all")
@@ -394,7 +398,7 @@ class ProcessGroup(TorchProcessGroupAPI):
                 and output.ndim and input.ndim and not output.shape[0] % size and not input.shape[0] % size):
             self._seq += 1
             return t.alltoall(output, input, None, None, async_op, output)
-        t = self._transport_of_all([output, input], "all_to_all_single")
+        t = self._transport_of_all("all_to_all_single", output=[output], input=[input])
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
         _same_dtype([out, inp], "all_to_all_single")
         out_counts = self._split_counts(out, output_split_sizes, "output")

@@ -6,6 +6,13 @@ import _launch
 import hpc_c10d as dist
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=60,
+                     help="examples per plan of tests/test_fuzz.py (CI's fixed budget: 60)")
+    parser.addoption("--fuzz-seed", type=int, default=None,
+                     help="tests/test_fuzz.py: draw from this seed instead of the derandomized examples")
+
+
 @pytest.fixture(scope="session")
 def world():
     """The default process group, initialised once per test session."""
