@@ -18,9 +18,11 @@ refuses"), and is not run there. Collectives run with ``async_op=True`` and each
 for with a deadline; blocking calls run in groups whose timeout is that deadline, so a hang ends
 in the watchdog's report naming the call.
 
-CI runs a fixed budget (``--fuzz-examples``, derandomized: the same examples every run, the stage
-within 2 minutes); a longer run: ``--fuzz-examples 2000 --fuzz-seed N``. docs/bad_input.md's
-section "What the fuzz draws" is rendered from the strategies: ``python tests/test_fuzz.py``.
+CI runs a fixed budget (``--fuzz-examples``, 100 per plan, derandomized: the same examples every
+run, about 15 s at 2 ranks and 20 s at 3 on a 2-core VM); a longer run: ``--fuzz-examples 2000
+--fuzz-seed N``. docs/bad_input.md's section "What the fuzz refuses" lists, per function, each
+refused argument the fuzz drew alone and what every rank raised; it is written by a run at 2 ranks
+with ``--fuzz-classes docs/bad_input.md``, between its markers.
 """
 import operator
 import shutil
@@ -585,15 +587,43 @@ def _drain(comm: Any) -> None:
         comm.Recv(bytearray(status.Get_count(MPI.BYTE)), status.Get_source(), status.Get_tag())
 
 
-CLASSES: dict = {}  # (function, argument, value) -> (error types, message start): refusals of one argument
+CLASSES: dict = {}  # (function, argument, value) -> the outcome: refusals of one argument alone
+BEGIN, END = "<!-- fuzz classes: begin -->", "<!-- fuzz classes: end -->"
 
 
 def _record(call: Call, outcomes: list) -> None:
     refused = [(name, arg.label) for name, arg in call.args.items() if not arg.valid]
-    if len(refused) == 1 and not _mixed(outcomes):
-        detail = outcomes[0].detail.split(": ", 1)
-        phrase = "".join(ch if not ch.isdigit() else "N" for ch in detail[-1].split("\n")[0][:70])
-        CLASSES.setdefault((call.function, *refused[0]), (detail[0], phrase))
+    if len(refused) == 1:
+        CLASSES.setdefault((call.function, *refused[0]), _class_of(outcomes))
+
+
+def _class_of(outcomes: list) -> str:
+    """What the ranks raised, numbers left out: "ValueError: ...", or per side when they differ."""
+    sides = {}
+    for rank, outcome in enumerate(outcomes):
+        error, _, text = outcome.detail.partition(": ")
+        head = "".join("N" if ch.isdigit() else ch for ch in text.split("\n")[0][:90])
+        sides.setdefault(f"`{error}`: {head.strip()}".replace("|", "\\|"), []).append(rank)
+    if len(sides) == 1:
+        return next(iter(sides))
+    named = {f"{'the others' if 'refused by' in side else 'refusing'}: {side}" for side in sides}
+    return "; ".join(sorted(named))  # "refusing: ..." first
+
+
+def render_classes() -> str:
+    """docs/bad_input.md's generated section: the classes the fuzz met, sorted."""
+    rows = ["| function | argument | value drawn | every rank raised |", "|---|---|---|---|"]
+    rows += [f"| `{function}` | {argument} | {value} | {raised} |"
+             for (function, argument, value), raised in sorted(CLASSES.items())]
+    return "\n".join(rows) + "\n"
+
+
+def _write_classes(path: str) -> None:
+    with open(path) as doc:
+        text = doc.read()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    with open(path, "w") as doc:
+        doc.write(text[:start] + "\n" + render_classes() + text[end:])
 
 
 @pytest.mark.mpi
@@ -617,3 +647,12 @@ def test_bad_input_fuzz(plan, fuzz_groups, rank, size, request):
 
     (check if seed is None else hypothesis.seed(seed)(check))()
     assert_in_sync()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _classes_written(request, world):
+    """With ``--fuzz-classes PATH``: after the plans ran, rank 0 writes their classes into PATH."""
+    yield
+    path = request.config.getoption("--fuzz-classes")
+    if path and dist.get_rank() == 0 and CLASSES:
+        _write_classes(path)
