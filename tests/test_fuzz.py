@@ -94,6 +94,14 @@ ARRAYS = {  # label -> (valid as an output, valid as an input, make(base))
     "an object array": (False, False, lambda a: a.astype(object)),
 }
 VALID_ARRAYS = ["a contiguous array", "an (n, 1) array"]
+try:  # torch tensors through the same API, where torch is installed
+    import torch
+
+    ARRAYS["a torch tensor"] = (True, True, lambda a: torch.from_numpy(a))
+    ARRAYS["a strided torch tensor"] = (False, True, lambda a: torch.from_numpy(_strided(a)))
+    VALID_ARRAYS.append("a torch tensor")
+except ImportError:
+    torch = None
 
 
 def arrays(output: bool, elements: int = 2):
@@ -101,7 +109,7 @@ def arrays(output: bool, elements: int = 2):
     fewer than 2 ``elements`` is contiguous, so an output may be one)."""
     def pick(label):
         ok_out, ok_in, make = ARRAYS[label]
-        ok_out = ok_out or (label == "a strided view" and elements < 2)
+        ok_out = ok_out or ("strided" in label and elements < 2)
         return Arg(label, ok_out if output else ok_in, lambda base: make(base))
     return st.one_of(st.sampled_from(VALID_ARRAYS), st.sampled_from(sorted(ARRAYS))).map(pick)
 
@@ -476,6 +484,8 @@ def _parameters(call: Call) -> set:
 
 
 def _same(actual, expected) -> str:
+    if torch is not None and isinstance(actual, torch.Tensor):
+        actual = actual.numpy()
     try:
         if isinstance(expected, np.ndarray):
             assert isinstance(actual, np.ndarray), f"got {type(actual).__name__}"
