@@ -296,19 +296,24 @@ def reduce_scatters(draw, size):
 
 
 @st.composite
-def all_to_alls(draw, size, single):
-    """all_to_all between lists the same on every rank, one block possibly a size off (which is
-    then a different block on each rank: some ranks refuse, some do not); all_to_all_single."""
+def all_to_alls(draw, size, single, odd_blocks=False):
+    """all_to_all_single; all_to_all between lists the same on every rank, and with ``odd_blocks``
+    (the arrays all taken) one block possibly a size off, which is then a different block on each
+    rank: some ranks refuse, some do not."""
     dtype, n = draw(st.sampled_from(DTYPES)), draw(st.integers(2, 4))
-    args = {"output": draw(arrays(output=True)), "input": draw(arrays(output=False))}
+    taken = Arg("a contiguous array", True, lambda base: base)
+    args = {"output": taken if odd_blocks else draw(arrays(output=True)),
+            "input": taken if odd_blocks else draw(arrays(output=False))}
     if single:
         args["splits"] = draw(st.sampled_from(["even", "even", "explicit", "too many", "wrong sum"]).map(
             lambda s: Arg(s, s in ("even", "explicit"), lambda: s)))
-    else:
-        args["odd block"] = draw(st.sampled_from(["none", "none", "output", "input"]).flatmap(
+    elif odd_blocks:
+        args["odd block"] = draw(st.sampled_from(["none", "output", "input"]).flatmap(
             lambda where: st.integers(0, size - 1).map(
                 lambda i: Arg("none" if where == "none" else f"{where} block {i} one element more",
                               where == "none", lambda: (where, i)))))
+    else:
+        args["odd block"] = Arg("none", True, lambda: ("none", 0))
 
     def block(src, dst):
         return _values(3 * src + dst, n, dtype)
@@ -449,6 +454,7 @@ PLANS = {  # name -> (size -> the strategy of its calls)
     "all_gather_into_tensor, reduce_scatter_tensor": into_tensors,
     "reduce_scatter": reduce_scatters,
     "all_to_all": lambda size: all_to_alls(size, False),
+    "all_to_all: blocks": lambda size: all_to_alls(size, False, odd_blocks=True),
     "all_to_all_single": lambda size: all_to_alls(size, True),
     "isend, irecv, batch_isend_irecv": lambda size: point_to_points(size, False),
     "isend, irecv, batch_isend_irecv: tags": lambda size: point_to_points(size, True),
