@@ -445,6 +445,64 @@ def store_calls(draw, size):
     return Call("Store.add", {"key": key, "amount": amount}, run)
 
 
+@st.composite
+def store_entries(draw, size):
+    """set then get, or wait for keys: keys, values and key lists torch's store takes or refuses (a bytes
+    key, which torch's binding takes, is refused here: docs/differences.md)."""
+    key = draw(st.sampled_from([Arg('"k"', True, lambda: "k"), Arg('""', True, lambda: ""), Arg("5", False, lambda: 5),
+                                Arg("None", False, lambda: None), Arg('b"k"', False, lambda: b"k")]))
+    value = draw(st.sampled_from([Arg('"v"', True, lambda: "v"), Arg('b"\\xff"', True, lambda: b"\xff"),
+                                  Arg("5", False, lambda: 5), Arg("None", False, lambda: None)]))
+    keys = draw(st.sampled_from([Arg('["k"]', True, lambda: ["k"]), Arg('"k"', False, lambda: "k"),
+                                 Arg("[5]", False, lambda: [5]), Arg("None", False, lambda: None)]))
+    waiting = draw(st.booleans())
+
+    def run(rank, size, group):
+        store = dist.HashStore()
+        if waiting:
+            store.set("k", "v")
+            store.wait(keys.make(), timedelta(seconds=5))
+            return []
+        store.set(key.make(), value.make())
+        made = value.make()
+        return [(store.get(key.make()), made.encode() if isinstance(made, str) else bytes(made))]
+    if waiting:
+        return Call("Store.wait", {"keys": keys}, run)
+    return Call("Store.set", {"key": key, "value": value}, run)
+
+
+@st.composite
+def subgroups(draw, size):
+    """new_subgroups (collective over the world) or monitored_barrier on the group."""
+    timeout = draw(st.sampled_from([Arg("None", True, lambda: None), Arg("30 s", True, lambda: timedelta(seconds=30)),
+                                    Arg("0", False, lambda: timedelta(0)),
+                                    Arg("-1 s", False, lambda: timedelta(seconds=-1)),
+                                    Arg("5 (an int)", False, lambda: 5)]))
+    if draw(st.booleans()):
+        def barrier(rank, size, group):
+            dist.monitored_barrier(group, timeout=timeout.make())
+            return []
+        return Call("monitored_barrier", {"timeout": timeout}, barrier)
+    divisors = [d for d in range(1, size + 1) if size % d == 0]
+    group_size = draw(st.one_of(
+        st.sampled_from(divisors).map(lambda d: Arg(f"{d}", True, lambda: d)),
+        st.sampled_from([Arg("0", False, lambda: 0), Arg("the world size + 1", False, lambda: size + 1),
+                         Arg('"1"', False, lambda: "1")] + [Arg(f"{d} (no divisor)", False, lambda d=d: d)
+                                                            for d in range(2, size) if size % d])))
+
+    def split(rank, size, group):
+        mine, every = dist.new_subgroups(group_size.make(), timeout=timeout.make())
+        try:
+            x = np.ones(2)
+            dist.all_reduce(x, group=mine)
+            return [(x, np.full(2, float(group_size.make())))]
+        finally:
+            for made in every:
+                if isinstance(made, dist.ProcessGroup):
+                    dist.destroy_process_group(made)
+    return Call("new_subgroups", {"group_size": group_size, "timeout": timeout}, split)
+
+
 PLANS = {  # name -> (size -> the strategy of its calls)
     "all_reduce": lambda size: all_reduce_like(size, "all_reduce"),
     "reduce": lambda size: all_reduce_like(size, "reduce"),
@@ -461,6 +519,8 @@ PLANS = {  # name -> (size -> the strategy of its calls)
     "broadcast_object_list, all_gather_object": object_collectives,
     "new_group": new_groups,
     "Store.add": store_calls,
+    "Store.set, Store.get, Store.wait": store_entries,
+    "new_subgroups, monitored_barrier": subgroups,
 }
 
 
