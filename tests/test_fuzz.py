@@ -16,10 +16,10 @@ rank returned or every rank refused, again on a group made at ``OFF`` with the s
 example where only some ranks refused is the case docs/hangs.md names for ``OFF`` ("One rank
 refuses"), and is not run there. Collectives run with ``async_op=True`` and each Work is waited
 for with a deadline; blocking calls run in groups whose timeout is that deadline, so a hang ends
-in the watchdog's report naming the call.
+the job through the watchdog, whose report and dumps name the operation and group.
 
 CI runs a fixed budget (``--fuzz-examples``, 100 per plan, derandomized: the same examples every
-run, about 15 s at 2 ranks and 20 s at 3 on a 2-core VM); a longer run: ``--fuzz-examples 2000
+run: 11-17 s at 2 ranks and 17-37 s at 3, measured on a shared 2-core VM); a longer run: ``--fuzz-examples 2000
 --fuzz-seed N``. docs/bad_input.md's section "What the fuzz refuses" lists, per function, each
 refused argument the fuzz drew alone and what every rank raised; it is written by a run at 2 ranks
 with ``--fuzz-classes docs/bad_input.md``, between its markers.
@@ -51,7 +51,7 @@ class Arg(NamedTuple):
 
     label: str
     valid: bool
-    make: Callable[..., Any]  # make(rank, size, base) -> the value (base: this rank's array, if any)
+    make: Callable[..., Any]  # make() -> the value; for an array, make(base) -> base in this form
 
 
 class Call(NamedTuple):
