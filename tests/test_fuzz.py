@@ -503,6 +503,41 @@ def subgroups(draw, size):
     return Call("new_subgroups", {"group_size": group_size, "timeout": timeout}, split)
 
 
+@st.composite
+def checkpoints(draw, size):
+    """checkpoint.save of a state dict (a Shard per rank, a replicated array, a scalar) and load into
+    targets of a drawn shape; needs h5py, and a directory every rank sees (``SHARED``)."""
+    n, dtype = draw(st.integers(1, 4)), draw(st.sampled_from(DTYPES))
+    kinds = ["a dict", "a dict", "a dict", "a list", "a key with '/'", "an empty key", "a set as a value",
+             "Shard axis 1 of a 1-d array"]
+    args = {"state_dict": draw(st.sampled_from(kinds).map(lambda k: Arg(k, k == "a dict", lambda: k))),
+            "load target": draw(st.sampled_from(["the saved shape", "the saved shape", "one row more",
+                                                 "another dtype"]).map(lambda k: Arg(k, k == "the saved shape",
+                                                                                     lambda: k)))}
+
+    def run(rank, size, group):
+        from hpc_c10d import checkpoint
+
+        path = f"{SHARED['dir']}/state.h5"
+        mine = _values(rank, n, dtype)
+        state = {"w": checkpoint.Shard(mine, 0), "b": _values(0, 2, dtype), "step": 7}
+        kind = args["state_dict"].make()
+        state = {"a list": [state], "a key with '/'": {"a/b": mine}, "an empty key": {"": mine},
+                 "a set as a value": {"s": {1, 2}}, "Shard axis 1 of a 1-d array": {"w": checkpoint.Shard(mine, 1)},
+                 "a dict": state}[kind]
+        checkpoint.save(state, path, group=group)
+        target = args["load target"].make()
+        rows = n + (target == "one row more")
+        into = {"w": checkpoint.Shard(np.zeros(rows, "int8" if target == "another dtype" else dtype), 0),
+                "b": np.zeros(2, dtype), "step": 0}
+        checkpoint.load(into, path, group=group)
+        return [(into["w"].array, mine), (into["b"], _values(0, 2, dtype)), (into["step"], 7)]
+    return Call("checkpoint.save/checkpoint.load/checkpoint.Shard", args, run)
+
+
+SHARED: dict = {}  # "dir": a directory of rank 0's that every rank writes in (made by the test)
+
+
 PLANS = {  # name -> (size -> the strategy of its calls)
     "all_reduce": lambda size: all_reduce_like(size, "all_reduce"),
     "reduce": lambda size: all_reduce_like(size, "reduce"),
@@ -521,6 +556,7 @@ PLANS = {  # name -> (size -> the strategy of its calls)
     "Store.add": store_calls,
     "Store.set, Store.get, Store.wait": store_entries,
     "new_subgroups, monitored_barrier": subgroups,
+    "checkpoint": checkpoints,
 }
 
 
@@ -537,15 +573,18 @@ class Outcome(NamedTuple):
 
 
 def _parameters(call: Call) -> set:
-    """The words an error message may name the call's arguments by."""
+    """The words an error message may name the call's arguments by (``state_dict`` also as prose)."""
+    import importlib
     import inspect
 
+    owners = {"": dist, "Store": dist.HashStore, "checkpoint": importlib.import_module("hpc_c10d.checkpoint")}
     words = {call.function.lower()}
-    for name in call.function.replace("/", " ").replace(",", " ").split():
-        owner = dist.HashStore if name.startswith("Store.") else dist
-        function = getattr(owner, name.split(".")[-1], None)
+    for name in call.function.replace("/", " ").split():
+        owner, _, attribute = name.rpartition(".")
+        function = getattr(owners[owner], attribute, None)
         if function is not None:
-            words |= set(inspect.signature(function).parameters) | {name.split(".")[-1].lower()}
+            parameters = set(inspect.signature(function).parameters)
+            words |= parameters | {p.replace("_", " ") for p in parameters} | {attribute.lower()}
     return words - {"self", "group", "async_op"}
 
 
@@ -710,6 +749,12 @@ def test_bad_input_fuzz(plan, fuzz_groups, rank, size, request):
     """The property above, for the calls one plan draws (see the module docstring)."""
     examples = request.config.getoption("--fuzz-examples")
     seed = request.config.getoption("--fuzz-seed")
+    if plan == "checkpoint":
+        pytest.importorskip("h5py", reason="h5py is not installed (pip install h5py)")
+        SHARED["dir"] = str(request.getfixturevalue("tmp_path_factory").mktemp("fuzz") if rank == 0 else "")
+        gathered = [SHARED["dir"]]
+        dist.broadcast_object_list(gathered, src=0)
+        SHARED["dir"] = gathered[0]
 
     @hypothesis.settings(max_examples=examples, derandomize=seed is None, database=None, deadline=None,
                          suppress_health_check=list(hypothesis.HealthCheck), print_blob=False,
