@@ -120,12 +120,9 @@ def to_group_rank(pg: ProcessGroup, global_rank: int | None, group_rank: int | N
     if group_rank is not None:
         if global_rank is not None:
             raise ValueError(f"Can't specify both {name} and group_{name}")
-        if not isinstance(group_rank, int):
-            raise TypeError(f"group_{name} must be an int, got {type(group_rank).__name__}")
-        pg._check_root(group_rank, f"group_{name}")
-        return group_rank
+        return pg._check_root(group_rank, f"group_{name}")
     if global_rank is None:
         if default is None:
             raise ValueError(f"Must specify {name} or group_{name}")
         return default  # a group rank: rank 0 of the group, also for subgroups without global rank 0
-    return pg.group_rank(global_rank)
+    return pg.group_rank(global_rank, name)

@@ -36,8 +36,9 @@ def _torch_tensor_type() -> Any:
     return getattr(torch, "Tensor", None)
 
 
-def device_type(x: Any) -> str:
-    """Return ``"cpu"`` or ``"cuda"`` for an array-like, or raise TypeError for non-arrays."""
+def device_type(x: Any, name: str | None = None) -> str:
+    """Return ``"cpu"`` or ``"cuda"`` for an array-like, or raise TypeError for non-arrays (naming the
+    argument ``name`` where given)."""
     if type(x) is np.ndarray:
         return "cpu"
     tensor = _torch_tensor_type()
@@ -54,8 +55,9 @@ def device_type(x: Any) -> str:
             return _DLPACK_DEVICE[code]
         raise TypeError(f"arrays on DLPack device type {code} are not supported (CPU and CUDA are)")
     if isinstance(x, (list, tuple)) or not _has_buffer(x):
+        where = f"`{name}`: " if name else ""
         raise TypeError(
-            f"expected an array (numpy, torch tensor, DLPack or buffer object), got {type(x).__name__}"
+            f"{where}expected an array (numpy, torch tensor, DLPack or buffer object), got {type(x).__name__}"
         )
     return "cpu"
 

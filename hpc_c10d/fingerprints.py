@@ -6,6 +6,12 @@ reduce op. Equal checksums cost one small allgather; when they differ, the membe
 the fingerprints themselves and every member raises ``DistError`` naming the fields that differ
 and the ranks on each side, before the collective runs, so no data is mixed and nobody hangs.
 
+A member whose own checks refuse its arguments (a ``TypeError`` or ``ValueError`` from the
+group's validating methods, which other members may not share: an ``all_to_all`` block only
+this rank has wrong, a ``gather`` list only the root holds) joins the same exchange with a
+"refused" checksum before it raises, so the others raise ``DistError`` naming it instead of
+waiting for it in the collective.
+
 The exchange runs on a duplicate of the group's communicator, made when the group is created.
 Point-to-point operations are not fingerprinted (a send has no peers to agree with), and the
 all-to-all ops compare dtype only, since their blocks may differ in size from rank to rank.
@@ -53,6 +59,16 @@ _LAYOUTS = {
 }
 
 
+# The group's validating methods (process_group.py) and the operations they start; a local
+# refusal in one of them joins the exchange.
+_VALIDATING = {"_all_reduce": "all_reduce", "_broadcast": "broadcast", "_reduce": "reduce",
+               "_all_gather": "all_gather", "_all_gather_into_tensor": "all_gather_into_tensor",
+               "_gather": "gather", "_scatter": "scatter", "_reduce_scatter": "reduce_scatter",
+               "_reduce_scatter_tensor": "reduce_scatter_tensor", "_all_to_all": "all_to_all",
+               "_all_to_all_single": "all_to_all_single"}
+_REFUSED = -1  # the checksum of a refusal (a crc32 is never negative)
+
+
 def _static_part(layout: _Layout, device: str, args: tuple) -> tuple:
     """The fingerprint less its sequence number: the same across many calls, so its checksum is cached."""
     array = None if layout.array is None else args[layout.array]
@@ -74,8 +90,20 @@ def _readable(static: tuple, seq: int) -> dict[str, Any]:
             for name, value in fields.items() if value is not None}
 
 
+def _refusal_message(pg: ProcessGroup, prints: list[dict[str, Any]]) -> str:
+    """Which ranks (global) refused their arguments, and why."""
+    refusals = [(pg._global_ranks[r], p) for r, p in enumerate(prints) if "refused" in p]
+    op, seq = refusals[0][1]["op"], refusals[0][1]["seq"]
+    lines = [f"{op} seq {seq} of group {pg._name!r} was refused by the arguments of "
+             f"{rank_ranges([rank for rank, _ in refusals])}, so no rank ran it:"]
+    lines += [f"  rank {rank}: {p['refused']}" for rank, p in refusals]
+    return "\n".join(lines)
+
+
 def _mismatch_message(pg: ProcessGroup, prints: list[dict[str, Any]]) -> str:
     """Which fields differ, and which ranks (global) hold each value."""
+    if any("refused" in p for p in prints):
+        return _refusal_message(pg, prints)
     mine = ", ".join(f"{key}={value}" for key, value in prints[pg._rank].items())
     lines = [f"Detected mismatch between collectives on the ranks of group {pg._name!r} "
              f"(this rank runs {mine}):"]
@@ -116,10 +144,35 @@ class _Checker:
             prints = self.comm.allgather(_readable(static, self.pg._seq))  # only on a mismatch
             raise DistError(_mismatch_message(self.pg, prints))
 
+    def refuse(self, op: str, error: Exception) -> None:
+        """Tell the members, in the exchange their fingerprints go through, that this rank refused
+        the arguments of ``op`` (the next sequence number; it raises ``error`` afterwards)."""
+        pg, mine = self.pg, self._mine
+        pg._seq += 1  # the number the others consumed, so that the next collective agrees
+        mine[0], mine[1] = _REFUSED, pg._seq
+        self.comm.Allgather(mine, self._all)
+        if self._all.tobytes() != mine.tobytes() * pg._size:  # some member did not refuse: it waits for why
+            self.comm.allgather({"op": op, "seq": pg._seq, "refused": f"{type(error).__name__}: {error}"})
+
     def close(self) -> None:
         if self.comm is not None:
             self.comm.Free()
             self.comm = None
+
+
+def _joining(pg: ProcessGroup, method: Any, op: str, checker: _Checker) -> Any:
+    """``method`` (a validating one) whose refusal of this rank's arguments joins the exchange."""
+
+    def joined(*args: Any) -> Any:
+        seq = pg._seq
+        try:
+            return method(*args)
+        except (TypeError, ValueError) as error:
+            if pg._seq == seq:  # refused before the operation started (after it, every member was checked)
+                checker.refuse(op, error)
+            raise
+
+    return joined
 
 
 class _Checked(TransportWrapper):
@@ -152,3 +205,5 @@ def enable_checks(pg: ProcessGroup) -> None:
         return
     checker = _Checker(pg)
     pg._wrap_transports(lambda transport: _Checked(transport, checker))
+    for name, op in _VALIDATING.items():  # instance attributes, in front of the class's methods
+        setattr(pg, name, _joining(pg, getattr(pg, name), op, checker))

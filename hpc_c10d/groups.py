@@ -9,6 +9,7 @@ which is ``HPC_C10D_TIMEOUT`` or torch's 30 minutes unless ``init_process_group`
 
 from __future__ import annotations
 
+import operator
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -40,8 +41,10 @@ def _checked_ranks(ranks: Any, world_size: int, what: str) -> list[int]:
         raise TypeError(f"{what} must be a list of ints, got {type(ranks).__name__}")
     checked = []
     for r in ranks:
-        if not isinstance(r, int):
-            raise TypeError(f"{what} must hold ints, got {r!r}")
+        try:
+            r = operator.index(r)  # any integral index, as torch takes ranks
+        except TypeError:
+            raise TypeError(f"{what} must hold ints, got {r!r}") from None
         if not 0 <= r < world_size:
             raise ValueError(f"rank {r} in {what} is out of range for a world of {world_size} ranks")
         checked.append(r)
@@ -109,7 +112,7 @@ def new_group(
     ``use_local_synchronization=True``, in which case only the members call it.
     """
     world = default_group()
-    timeout = check_timeout(timeout if timeout is not None else world._timeout)
+    timeout = check_timeout(timeout, world._timeout)
     if backend is not None:
         BackendConfig(backend)
     members = list(range(world.size())) if not ranks else _checked_ranks(ranks, world.size(), "ranks")
@@ -152,7 +155,7 @@ def new_subgroups(
         raise ValueError(f"The world size ({size}) must be divisible by 'group_size' ({group_size})")
     ranks = parent._global_ranks
     rank_lists = [list(ranks[i:i + group_size]) for i in range(0, size, group_size)]
-    subgroups = _split_into(parent, rank_lists, backend, check_timeout(timeout or parent._timeout), group_desc)
+    subgroups = _split_into(parent, rank_lists, backend, check_timeout(timeout, parent._timeout), group_desc)
     mine = next((g for g in subgroups if isinstance(g, ProcessGroup)), None)
     return mine, subgroups
 
@@ -170,7 +173,7 @@ def new_subgroups_by_enumeration(
         raise ValueError("The arg 'ranks_per_subgroup_list' cannot be empty")
     rank_lists = [_checked_ranks(r, world.size(), "ranks_per_subgroup_list") for r in ranks_per_subgroup_list]
     _check_disjoint(rank_lists)
-    subgroups = _split_into(world, rank_lists, backend, check_timeout(timeout or world._timeout), group_desc)
+    subgroups = _split_into(world, rank_lists, backend, check_timeout(timeout, world._timeout), group_desc)
     mine = next((g for g in subgroups if isinstance(g, ProcessGroup)), None)
     return mine, subgroups
 
@@ -206,7 +209,7 @@ def split_group(
         raise ValueError("the split group cannot be empty")
     _check_disjoint(rank_lists)
     global_lists = [[parent._global_ranks[r] for r in ranks] for ranks in rank_lists]
-    subgroups = _split_into(parent, global_lists, None, check_timeout(timeout or parent._timeout), group_desc)
+    subgroups = _split_into(parent, global_lists, None, check_timeout(timeout, parent._timeout), group_desc)
     return next((g for g in subgroups if isinstance(g, ProcessGroup)), None)
 
 

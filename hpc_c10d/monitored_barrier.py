@@ -49,7 +49,7 @@ def monitored_barrier(group: ProcessGroup | None = None, timeout: timedelta | No
     if pg is None:
         warn_not_in_group("monitored_barrier")
         return
-    seconds = check_timeout(timeout if timeout is not None else pg._timeout).total_seconds()
+    seconds = check_timeout(timeout, pg._timeout).total_seconds()
     deadline = time.monotonic() + seconds
     comm, me = pg.comm, pg.rank()
     if me != 0:

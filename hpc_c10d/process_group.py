@@ -7,6 +7,7 @@ that serves their device, checked (lengths, dtypes, sizes, ranks), and only then
 
 from __future__ import annotations
 
+import operator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
@@ -21,7 +22,20 @@ from .transport import Transport, TransportWrapper
 if TYPE_CHECKING:
     from .nccl.backend import NCCLBackend
 
-__all__ = ["ProcessGroup"]
+__all__ = ["ProcessGroup", "as_rank"]
+
+_C_INT_MAX = (1 << 31) - 1  # torch takes a tag as a C int and refuses larger ones with TypeError
+
+
+def as_rank(value: Any, name: str) -> int:
+    """``value`` as a plain int: any integral index (int, numpy integer, 0-d integer tensor), as torch
+    takes ranks; TypeError naming ``name`` otherwise."""
+    if type(value) is int:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: rank must be an int, got {type(value).__name__}") from None
 
 
 def check_reduce_op(op: Any, name: str) -> None:
@@ -98,6 +112,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._seq = 0  # collectives started on this group (the same count on every member)
         self._p2p_seq = 0  # sends and receives started on this group
         self.bound_device_id: Any = None
+        self._tag_ub = _tag_upper_bound(comm)
         self._cpu = self._transport_for_device("cpu") if "cpu" in config.device_backend_map else None
 
     # ---- identity -------------------------------------------------------------------------
@@ -134,20 +149,20 @@ class ProcessGroup(TorchProcessGroupAPI):
     # ---- rank translation -----------------------------------------------------------------
     def global_rank(self, group_rank: int) -> int:
         """Return the global rank of ``group_rank``."""
-        if type(group_rank) is not int and not isinstance(group_rank, int):
-            raise TypeError(f"rank must be an int, got {type(group_rank).__name__}")
+        group_rank = as_rank(group_rank, "group_rank")
         if not 0 <= group_rank < self._size:
             raise ValueError(f"Group rank {group_rank} is not part of group {self._name!r} "
                              f"(valid: 0..{self._size - 1})")
         return self._global_ranks[group_rank]
 
-    def group_rank(self, global_rank: int) -> int:
-        """Return the group rank of ``global_rank``; ValueError if it is not a member."""
-        if not isinstance(global_rank, int):
-            raise TypeError(f"rank must be an int, got {type(global_rank).__name__}")
+    def group_rank(self, global_rank: int, name: str | None = None) -> int:
+        """Return the group rank of ``global_rank``; ValueError if it is not a member (the messages name
+        the argument ``name`` where given)."""
+        global_rank = as_rank(global_rank, name or "global_rank")
         found = self._group_rank_of.get(global_rank)
         if found is None:
-            raise ValueError(f"Global rank {global_rank} is not part of group {self._name!r} "
+            where = f"{name}: " if name else ""
+            raise ValueError(f"{where}Global rank {global_rank} is not part of group {self._name!r} "
                              f"(its ranks: {list(self._global_ranks)})")
         return found
 
@@ -191,20 +206,37 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._transports = {device: wrapped(t) for device, t in self._transports.items()}
         self._cpu = self._transports.get("cpu")
 
-    def _transport(self, x: Any) -> Transport:
+    def _transport(self, x: Any, name: str = "tensor") -> Transport:
         if type(x) is np.ndarray and self._cpu is not None:
             return self._cpu
-        return self._transport_for_device(device_type(x))
+        return self._transport_for_device(device_type(x, name))
 
-    def _transport_of_all(self, arrays: Sequence[Any], name: str) -> Transport:
-        devices = {device_type(a) for a in arrays}
+    def _transport_of_all(self, name: str, **arguments: Sequence[Any]) -> Transport:
+        """The one transport serving every array of ``arguments`` (argument name -> its arrays)."""
+        devices = {device_type(a, arg) for arg, arrays in arguments.items() for a in arrays}
         if len(devices) > 1:
             raise ValueError(f"{name}: all arrays must be on one device type, got {sorted(devices)}")
         return self._transport_for_device(devices.pop() if devices else "cpu")
 
-    def _check_root(self, root: int, name: str) -> None:
+    def _check_root(self, root: Any, name: str) -> int:
+        """``root`` as an int group rank; TypeError unless integral, ValueError unless in the group."""
+        root = as_rank(root, name)
         if not 0 <= root < self._size:
             raise ValueError(f"{name}: group rank {root} is out of range for a group of size {self._size}")
+        return root
+
+    def _check_tag(self, tag: Any) -> int:
+        """``tag`` as an int in 0..MPI's TAG_UB; TypeError where torch's would (not an integer, or
+        past a C int), ValueError for the rest."""
+        if type(tag) is not int:
+            try:
+                tag = operator.index(tag)
+            except TypeError:
+                raise TypeError(f"tag must be an int, got {type(tag).__name__}") from None
+        if not 0 <= tag <= self._tag_ub:
+            error = TypeError if not -_C_INT_MAX - 1 <= tag <= _C_INT_MAX else ValueError
+            raise error(f"tag must be a non-negative int no larger than MPI's TAG_UB ({self._tag_ub}), got {tag}")
+        return tag
 
     # ---- validated operations (group ranks) ----------------------------------------------
     def _all_reduce(self, tensor, op, async_op):
@@ -226,7 +258,7 @@ class ProcessGroup(TorchProcessGroupAPI):
                 plain_output(tensor) or (root == self._rank and plain_input(tensor))):
             self._seq += 1
             return t.broadcast(tensor, root, async_op, tensor)
-        self._check_root(root, "broadcast")
+        root = self._check_root(root, "broadcast")
         t = self._transport(tensor)
         buf = t.adapt_output(tensor, "tensor", writable=self._rank != root)  # the root only reads
         self._seq += 1
@@ -239,7 +271,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.reduce(tensor, root, op, async_op, tensor)
         check_reduce_op(op, "reduce")
-        self._check_root(root, "reduce")
+        root = self._check_root(root, "reduce")
         t = self._transport(tensor)
         buf = t.adapt_output(tensor, "tensor")
         self._seq += 1
@@ -251,7 +283,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.allgather_list(tensor_list, tensor, async_op, tensor_list)
         tensor_list = _check_list(tensor_list, "tensor_list", self._size)
-        t = self._transport_of_all([tensor, *tensor_list], "all_gather")
+        t = self._transport_of_all("all_gather", tensor=[tensor], tensor_list=tensor_list)
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "tensor_list") for o in tensor_list]
         _same_dtype([inp, *outs], "all_gather")
@@ -265,7 +297,7 @@ class ProcessGroup(TorchProcessGroupAPI):
                 output.size == input.size * self._size):
             self._seq += 1
             return t.allgather(output, input, async_op, output)
-        t = self._transport_of_all([output, input], "all_gather_into_tensor")
+        t = self._transport_of_all("all_gather_into_tensor", output_tensor=[output], input_tensor=[input])
         out, inp = t.adapt_output(output, "output_tensor"), t.adapt_input(input, "input_tensor")
         _same_dtype([out, inp], "all_gather_into_tensor")
         if out.size != inp.size * self._size:
@@ -290,10 +322,10 @@ class ProcessGroup(TorchProcessGroupAPI):
                 _plain_blocks(gather_list, tensor, self._size, True) if root == self._rank else not gather_list):
             self._seq += 1
             return t.gather_list(gather_list, tensor, root, async_op, gather_list or [])
-        self._check_root(root, "gather")
+        root = self._check_root(root, "gather")
         is_root = self._rank == root
         gather_list = self._root_only_list(gather_list, is_root, "gather_list", "destination")
-        t = self._transport_of_all([tensor, *(gather_list or ())], "gather")
+        t = self._transport_of_all("gather", tensor=[tensor], gather_list=gather_list or ())
         inp = t.adapt_input(tensor, "tensor")
         outs = [t.adapt_output(o, "gather_list") for o in gather_list] if is_root else None
         _same_dtype([inp, *(outs or ())], "gather")
@@ -307,10 +339,10 @@ class ProcessGroup(TorchProcessGroupAPI):
                 _plain_blocks(scatter_list, tensor, self._size, False) if root == self._rank else not scatter_list):
             self._seq += 1
             return t.scatter_list(tensor, scatter_list, root, async_op, tensor)
-        self._check_root(root, "scatter")
+        root = self._check_root(root, "scatter")
         is_root = self._rank == root
         scatter_list = self._root_only_list(scatter_list, is_root, "scatter_list", "source")
-        t = self._transport_of_all([tensor, *(scatter_list or ())], "scatter")
+        t = self._transport_of_all("scatter", tensor=[tensor], scatter_list=scatter_list or ())
         out = t.adapt_output(tensor, "tensor")
         inps = [t.adapt_input(i, "scatter_list") for i in scatter_list] if is_root else None
         _same_dtype([out, *(inps or ())], "scatter")
@@ -321,7 +353,7 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _reduce_scatter(self, output, input_list, op, async_op):
         check_reduce_op(op, "reduce_scatter")
         input_list = _check_list(input_list, "input_list", self._size)
-        t = self._transport_of_all([output, *input_list], "reduce_scatter")
+        t = self._transport_of_all("reduce_scatter", output=[output], input_list=input_list)
         out = t.adapt_output(output, "output")
         inps = [t.adapt_input(i, "input_list") for i in input_list]
         _same_dtype([out, *inps], "reduce_scatter")
@@ -336,7 +368,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.reduce_scatter(output, input, op, async_op, output)
         check_reduce_op(op, "reduce_scatter_tensor")
-        t = self._transport_of_all([output, input], "reduce_scatter_tensor")
+        t = self._transport_of_all("reduce_scatter_tensor", output=[output], input=[input])
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
         _same_dtype([out, inp], "reduce_scatter_tensor")
         if inp.size != out.size * self._size:
@@ -348,7 +380,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _all_to_all(self, output_tensor_list, input_tensor_list, async_op):
         outs_user = _check_list(output_tensor_list, "output_tensor_list", self._size)
         ins_user = _check_list(input_tensor_list, "input_tensor_list", self._size)
-        t = self._transport_of_all([*outs_user, *ins_user], "all_to_all")
+        t = self._transport_of_all("all_to_all", output_tensor_list=outs_user,
+                                   input_tensor_list=ins_user)
         outs = [t.adapt_output(o, "output_tensor_list") for o in outs_user]
         inps = [t.adapt_input(i, "input_tensor_list") for i in ins_user]
         _same_dtype([*outs, *inps], "all_to_all")
@@ -365,7 +398,7 @@ class ProcessGroup(TorchProcessGroupAPI):
                 and output.ndim and input.ndim and not output.shape[0] % size and not input.shape[0] % size):
             self._seq += 1
             return t.alltoall(output, input, None, None, async_op, output)
-        t = self._transport_of_all([output, input], "all_to_all_single")
+        t = self._transport_of_all("all_to_all_single", output=[output], input=[input])
         out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
         _same_dtype([out, inp], "all_to_all_single")
         out_counts = self._split_counts(out, output_split_sizes, "output")
@@ -403,24 +436,25 @@ class ProcessGroup(TorchProcessGroupAPI):
         return transport.barrier(async_op)
 
     def _check_peer(self, peer, name, allow_self=False):
-        self._check_root(peer, name)
+        peer = self._check_root(peer, name)
         if peer == self._rank and not allow_self:  # only blocking send/recv would deadlock on self
             kind = "destination" if name.endswith("send") else "source"
             raise ValueError(f"Invalid {kind} rank: {kind} rank should not be the same as "
                              "the rank of the current process.")
+        return peer
 
     def _prepare_p2p(self, tensor, peer, tag, sending, async_op):
         """Check a point-to-point operation; return (transport, array, peer, tag)."""
         t = self._transport(tensor)
         arr = t.adapt_input(tensor, "tensor") if sending else t.adapt_output(tensor, "tensor")
         if sending or peer is not None:
-            self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
-        return t, arr, peer, _check_tag(tag)
+            peer = self._check_peer(peer, "send" if sending else "recv", allow_self=async_op)
+        return t, arr, peer, self._check_tag(tag)
 
     def _send(self, tensor, peer, tag, async_op):
         t = self._cpu  # the hot path: an int peer in range (not this rank when blocking) and tag, a plain array
         if t is not None and type(peer) is int and 0 <= peer < self._size and (async_op or peer != self._rank) and (
-                type(tag) is int and tag >= 0 and plain_input(tensor)):
+                type(tag) is int and 0 <= tag <= self._tag_ub and plain_input(tensor)):
             self._p2p_seq += 1
             return t.send(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, True, async_op)
@@ -430,7 +464,8 @@ class ProcessGroup(TorchProcessGroupAPI):
     def _recv(self, tensor, peer, tag, async_op):
         t = self._cpu  # the hot path, as in _send; peer None is any rank
         if t is not None and (peer is None or type(peer) is int and 0 <= peer < self._size and (
-                async_op or peer != self._rank)) and type(tag) is int and tag >= 0 and plain_output(tensor):
+                async_op or peer != self._rank)) and type(tag) is int and 0 <= tag <= self._tag_ub and (
+                plain_output(tensor)):
             self._p2p_seq += 1
             return t.recv(tensor, peer, tag, async_op, tensor)
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
@@ -448,7 +483,8 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._comm = None
 
 
-def _check_tag(tag: Any) -> int:
-    if not isinstance(tag, int) or tag < 0:
-        raise ValueError(f"tag must be a non-negative int, got {tag!r}")
-    return tag
+def _tag_upper_bound(comm: Any) -> int:
+    """The largest tag ``comm`` takes (MPI's TAG_UB attribute: 2**29 - 1 with MPICH)."""
+    from mpi4py import MPI
+
+    return comm.Get_attr(MPI.TAG_UB)

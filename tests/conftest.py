@@ -6,6 +6,15 @@ import _launch
 import hpc_c10d as dist
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=100,
+                     help="examples per plan of tests/test_fuzz.py (CI's fixed budget: 100)")
+    parser.addoption("--fuzz-seed", type=int, default=None,
+                     help="tests/test_fuzz.py: draw from this seed instead of the derandomized examples")
+    parser.addoption("--fuzz-classes", default=None, metavar="PATH",
+                     help="tests/test_fuzz.py: write the classes of refusals it met into PATH (docs/bad_input.md)")
+
+
 @pytest.fixture(scope="session")
 def world():
     """The default process group, initialised once per test session."""

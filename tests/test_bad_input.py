@@ -205,8 +205,16 @@ CASES = [
          lambda r, s, g: dist.send(_a(), dst=r)),
     Case("isend", "a negative tag", ValueError, "tag must be a non-negative int",
          lambda r, s, g: dist.isend(_a(), dst=r, tag=-1)),
+    Case("isend", "a tag past a C int", TypeError, "no larger than MPI's TAG_UB",
+         lambda r, s, g: dist.isend(_a(), dst=r, tag=2**40)),
+    Case("isend", "a float tag", TypeError, "tag must be an int", lambda r, s, g: dist.isend(_a(), dst=r, tag=1.0)),
     Case("recv", "src = world size", ValueError, NOT_MEMBER, lambda r, s, g: dist.recv(_a(), src=s)),
-    Case("isend", "dst given as a string", TypeError, "rank must be an int", lambda r, s, g: dist.isend(_a(), dst="1")),
+    Case("isend", "dst given as a string", TypeError, "dst: rank must be an int",
+         lambda r, s, g: dist.isend(_a(), dst="1")),
+    Case("broadcast", "src given as a float", TypeError, "src: rank must be an int",
+         lambda r, s, g: dist.broadcast(_a(), src=0.0)),
+    Case("broadcast", "group_src given as a string", TypeError, "group_src: rank must be an int",
+         lambda r, s, g: dist.broadcast(_a(), group_src="0")),
     Case("send_object_list", "dst = own rank", ValueError, "should not be the same as the rank",
          lambda r, s, g: dist.send_object_list([1], dst=r)),
     Case("broadcast_object_list", "src = world size", ValueError, NOT_MEMBER,
@@ -226,6 +234,14 @@ CASES = [
     Case("new_group", "a duplicate rank", ValueError, "duplicate ranks", lambda r, s, g: dist.new_group([0, 0])),
     Case("new_group", "an int as timeout", TypeError, NOT_TIMEDELTA,
          lambda r, s, g: dist.new_group([0], timeout=5)),
+    Case("new_group", "a zero timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_group([0], timeout=timedelta(0))),
+    Case("new_group", "a negative timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_group([0], timeout=timedelta(seconds=-1))),
+    Case("new_subgroups", "a zero timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.new_subgroups(group_size=1, timeout=timedelta(0))),
+    Case("monitored_barrier", "a negative timeout", RuntimeError, "Invalid timeout",
+         lambda r, s, g: dist.monitored_barrier(timeout=timedelta(seconds=-1))),
     Case("new_subgroups", "group_size > world size", ValueError, "must not exceed the group size",
          lambda r, s, g: dist.new_subgroups(group_size=s + 1)),
     Case("monitored_barrier", "an int as timeout", TypeError, NOT_TIMEDELTA,
@@ -351,6 +367,85 @@ def test_invalid_call_raises_before_communicating(rank, size, first_only, case):
         case.call(rank, size, first_only)
 
 
+def _tag_ub():
+    from mpi4py import MPI
+
+    return dist.group.WORLD.comm.Get_attr(MPI.TAG_UB)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("call", ["isend", "irecv", "send", "recv", "batch_isend_irecv"])
+def test_a_tag_past_mpis_tag_ub_raises_before_communicating(rank, size, call):
+    """MPI refuses tags past the communicator's TAG_UB (2**29-1 with MPICH): checked up front, as
+    ValueError (TypeError past a C int, as torch), not an MPI error with a misleading hint."""
+    tag_ub = _tag_ub()
+    np.testing.assert_array_equal(_tag_round_trip(rank, size, tag_ub), np.full(4, (rank - 1) % size, F32))
+    if tag_ub >= 2**31 - 1:
+        pytest.skip(f"this MPI's TAG_UB ({tag_ub}) is a C int's maximum: only TypeError is left (a table case)")
+    peer = (rank + 1) % size
+    calls = {"isend": lambda: dist.isend(_a(), dst=peer, tag=tag_ub + 1),
+             "irecv": lambda: dist.irecv(_a(), src=peer, tag=tag_ub + 1),
+             "send": lambda: dist.send(_a(), dst=peer, tag=2**31 - 1),
+             "recv": lambda: dist.recv(_a(), src=peer, tag=tag_ub + 1),
+             "batch_isend_irecv": lambda: dist.batch_isend_irecv([dist.P2POp(dist.isend, _a(), peer, tag=0),
+                                                                  dist.P2POp(dist.irecv, _a(), peer, tag=tag_ub + 1)])}
+    with pytest.raises(ValueError, match=rf"no larger than MPI's TAG_UB \({tag_ub}\), got ({tag_ub + 1}|{2**31 - 1})$"):
+        calls[call]()
+
+
+def _tag_round_trip(rank, size, tag):
+    """Send this rank's number to the next rank with ``tag``; return what came from the previous one."""
+    got = np.zeros(4, F32)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, np.full(4, rank, F32), (rank + 1) % size, tag=tag),
+                                    dist.P2POp(dist.irecv, got, (rank - 1) % size, tag=tag)])
+    for work in works:
+        work.wait()
+    return got
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint8, "tensor"])
+def test_ranks_and_tags_may_be_any_integral_index(rank, size, kind):
+    """torch takes any integral index (operator.index) as a rank or tag: numpy integers, 0-d integer
+    tensors. Every rank/root/src/dst/group_dst argument, here each once."""
+    if kind == "tensor":
+        if torch is None:
+            pytest.skip("torch is not installed")
+        integral = lambda n: torch.tensor(n)  # noqa: E731
+    else:
+        integral = kind
+    last, nxt, prev = size - 1, (rank + 1) % size, (rank - 1) % size
+    x = np.full(3, rank + 1.0, F32)
+    dist.broadcast(x, src=integral(last))
+    np.testing.assert_array_equal(x, np.full(3, size, F32))
+    dist.broadcast(x, group_src=integral(0))
+    y = np.ones(3, F32)
+    dist.reduce(y, dst=integral(last))
+    if rank == last:
+        np.testing.assert_array_equal(y, np.full(3, size, F32))
+    dist.reduce(np.ones(3, F32), group_dst=integral(0))
+    blocks = [np.zeros(3, F32) for _ in range(size)] if rank == 0 else None
+    dist.gather(np.full(3, rank, F32), blocks, dst=integral(0))
+    if rank == 0:
+        np.testing.assert_array_equal(np.stack(blocks), np.repeat(np.arange(size, dtype=F32), 3).reshape(size, 3))
+    out = np.zeros(3, F32)
+    dist.scatter(out, [np.full(3, i, F32) for i in range(size)] if rank == last else None, group_src=integral(last))
+    np.testing.assert_array_equal(out, np.full(3, rank, F32))
+    got = np.zeros(3, F32)
+    works = [dist.isend(np.full(3, rank, F32), dst=integral(nxt), tag=integral(7)),
+             dist.irecv(got, src=integral(prev), tag=integral(7))]
+    for work in works:
+        work.wait()
+    np.testing.assert_array_equal(got, np.full(3, prev, F32))
+    objects = ["hi"] if rank == 0 else [None]
+    dist.broadcast_object_list(objects, src=integral(0))
+    assert objects == ["hi"]
+    group = dist.new_group([integral(r) for r in range(size)])
+    assert dist.get_global_rank(group, integral(last)) == last
+    assert dist.get_group_rank(group, integral(last)) == last
+    dist.destroy_process_group(group)
+
+
 BITWISE = [dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
 ORDERING = [dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT]
 
@@ -473,6 +568,8 @@ print("ALL OK")
 def test_init_timeout_must_be_timedelta():
     _run_fresh(_EXPECT_RAISES + r"""
 expect(TypeError, r"timedelta", dist.init_process_group, timeout=30)
+from datetime import timedelta
+expect(RuntimeError, r"Invalid timeout", dist.init_process_group, timeout=timedelta(0))
 assert not dist.is_initialized()
 print("ALL OK")
 """)

@@ -64,6 +64,53 @@ def test_a_mismatch_raises_on_every_rank_naming_field_and_ranks(checked, field, 
     np.testing.assert_array_equal(x, np.full(3, size * (size + 1) // 2))
 
 
+def _readonly(n):
+    x = np.zeros(n, np.float32)
+    x.flags.writeable = False
+    return x
+
+
+# arguments that only some ranks' own checks refuse: (the call, do I refuse?, the refusal's phrase)
+REFUSALS = {
+    "all_to_all: own block on ranks > 0": (
+        lambda g, r, s: dist.all_to_all([np.zeros(4 if i == 0 else 5, np.float32) for i in range(s)],
+                                        [np.zeros(4, np.float32) for _ in range(s)], group=g),
+        lambda r: r > 0, "the block a rank sends itself must match"),
+    "gather: the root's list": (
+        lambda g, r, s: dist.gather(np.zeros(3, np.float32), [np.zeros(3, np.float32)] if r == 0 else None,
+                                    dst=0, group=g),
+        lambda r: r == 0, "must hold one array per rank of the group"),
+    "broadcast: read-only on non-roots": (
+        lambda g, r, s: dist.broadcast(_readonly(3), 0, group=g), lambda r: r > 0, "is read-only"),
+    "all_reduce: a strided view on the last rank": (
+        lambda g, r, s: dist.all_reduce(np.zeros(8)[::2] if r == s - 1 else np.zeros(4), group=g),
+        None, "must be C-contiguous"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_a_refusal_on_some_ranks_raises_on_every_rank(checked, case, rank, size):
+    """A rank whose own checks refuse its arguments joins the fingerprint exchange before raising,
+    so the others raise too, naming it, instead of waiting for it in the collective (issue 39)."""
+    if size < 2:
+        pytest.skip("needs a rank that does not refuse")
+    call, refuses, phrase = REFUSALS[case]
+    refusing = [r for r in range(size) if (refuses(r) if refuses else r == size - 1)]
+    if rank in refusing:
+        with pytest.raises(ValueError, match=phrase):
+            call(checked, rank, size)
+    else:
+        with pytest.raises(dist.DistError) as caught:
+            call(checked, rank, size)
+        message = str(caught.value)
+        assert "was refused by the arguments of rank" in message and phrase in message, message
+        assert all(f"rank {r}: ValueError: " in message for r in refusing), message
+
+    x = np.full(3, rank + 1, np.int64)  # the group still works, its sequence numbers in step
+    dist.all_reduce(x, group=checked)
+    np.testing.assert_array_equal(x, np.full(3, size * (size + 1) // 2))
+
+
 def test_every_collective_on_a_checked_group_is_exact(checked, rank, size):
     def block(r, n=3):
         return np.arange(n, dtype=np.float64) + 10 * r

@@ -53,6 +53,19 @@ def _send_to_rank_1(rank, sent, received):
         dist.destroy_process_group(group)
 
 
+@pytest.mark.mpi
+def test_the_ranks_disagree_hint_comes_only_with_error_classes_that_can_mean_it(world):
+    """A truncation (MPICH: MPI_ERR_OTHER where a collective compares sizes) can mean the ranks
+    disagree; an invalid tag, rank or communicator is this rank's own (it said so for "Invalid tag")."""
+    from hpc_c10d.mpi.failures import mpi_failure
+
+    for error_class in (MPI.ERR_TRUNCATE, MPI.ERR_OTHER, MPI.ERR_IN_STATUS):
+        assert "may disagree" in str(mpi_failure(MPI.Exception(error_class))), error_class
+    for error_class in (MPI.ERR_TAG, MPI.ERR_RANK, MPI.ERR_COMM, MPI.ERR_COUNT):
+        message = str(mpi_failure(MPI.Exception(error_class)))
+        assert " failed in MPI: " in message and "disagree" not in message, message
+
+
 @pytest.mark.mpi(min_size=2)
 def test_a_truncated_blocking_recv_raises_on_the_receiver(rank):
     message, name = _send_to_rank_1(rank, sent=5, received=4)

@@ -324,6 +324,18 @@ def test_add_with_a_non_int_amount_raises_type_error(store, amount):
     assert not store.check(["fresh"])
 
 
+@pytest.mark.parametrize("amount", [INT64_MAX + 1, INT64_MIN - 1, 1 << 70], ids=["2**63", "-2**63-1", "2**70"])
+def test_add_with_an_amount_past_int64_raises_type_error(store, amount):
+    """torch's stores take an int64 amount and refuse the rest; wrapping 2**70 to 0 was silent."""
+    store.set("t", "10")
+    with pytest.raises(TypeError, match="within int64"):
+        store.add("t", amount)
+    with pytest.raises(TypeError, match="within int64"):
+        store.add("fresh", amount)
+    assert store.get("t") == b"10"
+    assert not store.check(["fresh"])
+
+
 def test_add_large_amounts_are_exact(store):
     total = 0
     for _ in range(12):  # crosses +-2**43 (the MPIStore's small-counter range) on the way up

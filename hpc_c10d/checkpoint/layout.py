@@ -86,7 +86,7 @@ def _describe_array(value: Any, path: str) -> Any:
             return _Described(tuple(value.shape), np.dtype(str(value.dtype).replace("torch.", "")))
         return arrays.as_array(value, path)
     except TypeError:
-        raise TypeError(f"{path}: a checkpoint holds arrays, Shards, scalars and strings, "
+        raise TypeError(f"state_dict entry {path!r}: a checkpoint holds arrays, Shards, scalars and strings, "
                         f"not {type(value).__name__}") from None
 
 

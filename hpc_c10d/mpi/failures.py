@@ -22,6 +22,10 @@ _P2P = ("send", "recv")
 _P2P_CAUSE = "the sending and receiving ranks may disagree on the shape or dtype"
 _COLLECTIVE_CAUSE = "the ranks may disagree on the shape, dtype or operation"
 _DETAIL_HINT = ": rerun with HPC_C10D_DEBUG=DETAIL to name the difference"
+# The error classes a disagreement between ranks can cause: a receive too small for what arrives
+# (MPICH: a collective that compares sizes reports MPI_ERR_OTHER). Others (an invalid tag, rank or
+# communicator) are this rank's own and get no hint.
+_DISAGREEMENT_CLASSES = frozenset({MPI.ERR_TRUNCATE, MPI.ERR_OTHER, MPI.ERR_IN_STATUS})
 
 
 def _where_and_cause() -> tuple[str, str]:
@@ -43,6 +47,8 @@ def mpi_failure(exc: MPI.Exception) -> DistBackendError:
     else:
         headline = text.splitlines()[0].removesuffix(", error stack:") if text else f"error class {error_class}"
     where, cause = _where_and_cause()
+    if error_class not in _DISAGREEMENT_CLASSES:
+        return DistBackendError(f"{where} failed in MPI: {headline}")
     return DistBackendError(f"{where} failed in MPI: {headline}; {cause}")
 
 

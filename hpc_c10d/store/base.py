@@ -141,9 +141,16 @@ class Store:
         raise NotImplementedError(f"{type(self).__name__} cannot list its keys")
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def as_amount(amount: Any) -> int:
-    """Return ``amount`` as an int; TypeError for floats and other non-integers."""
+    """Return ``amount`` as an int; TypeError for floats, other non-integers and integers outside
+    int64 (torch's store takes an int64 and refuses the rest with TypeError)."""
     try:
-        return operator.index(amount)
+        value = operator.index(amount)
     except TypeError:
         raise TypeError(f"add() amount must be an int, got {type(amount).__name__}") from None
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise TypeError(f"add() amount must be an int within int64 ({_INT64_MIN}..{_INT64_MAX}), got {value}")
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .base import Store, as_key, as_keys
+from .base import Store, as_amount, as_key, as_keys
 
 __all__ = ["PrefixStore"]
 
@@ -52,7 +52,7 @@ class PrefixStore(Store):
         return self._store.get(self._key(key))
 
     def add(self, key: str, amount: int) -> int:
-        return self._store.add(self._key(key), amount)
+        return self._store.add(self._key(key), as_amount(amount))  # checked as torch's C++ store does
 
     def compare_set(self, key: str, expected_value: str | bytes, desired_value: str | bytes) -> bytes:
         return self._store.compare_set(self._key(key), expected_value, desired_value)
