@@ -28,13 +28,14 @@ EXAMPLE_COUNTS = {1: {"passed": 2, "skipped": 3}, 2: {"passed": 5}, 3: {"passed"
 serial = pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts its own jobs; run without mpiexec")
 
 
-def run_cases(tmp_path, case, ranks, *args, launcher_flags=()):
+def run_cases(tmp_path, case, ranks, *args, launcher_flags=(), kit=True):
     """``mpiexec [launcher_flags] -n ranks python -m pytest --hpc-c10d <case> *args`` in tmp_path, under
-    ``timeout``: (exit status, rank 0's report and every rank's stderr)."""
+    ``timeout`` (without ``--hpc-c10d`` when not ``kit``): (exit status, rank 0's report and every rank's
+    stderr)."""
     shutil.copy(os.path.join(CASES, case), tmp_path / case)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     cmd = ["timeout", str(TIMEOUT_S), *mpiexec_command(ranks)[:-2], *launcher_flags, "-n", str(ranks),
-           sys.executable, "-m", "pytest", "-p", "hpc_c10d.testing.pytest_plugin", "--hpc-c10d",
+           sys.executable, "-m", "pytest", "-p", "hpc_c10d.testing.pytest_plugin", *(["--hpc-c10d"] if kit else []),
            "-p", "no:cacheprovider", "--color=no", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
            str(tmp_path / case), *args]
     done = subprocess.run(cmd, env=fresh_env(CI="1"), cwd=tmp_path, capture_output=True, text=True,
@@ -134,6 +135,21 @@ def test_under_ulfm_a_blocked_collective_is_freed_and_the_run_goes_on(tmp_path, 
     assert "time limit of 3 s exceeded in all_reduce seq 1 of group 0 float32[4]" in output, output
     assert "MPI_ERR_REVOKED" in output, output
     assert "the default group was made afresh 1 time(s)" in output, output
+
+
+@serial
+@pytest.mark.parametrize("ranks", (1, 2, 3))
+def test_with_the_kit_off_the_last_line_says_what_was_not_run(tmp_path, ranks):
+    status, output = run_cases(tmp_path, "test_agreeing.py", ranks, kit=False)
+    assert status == 0, output
+    # every test but the two pytest-mpi ones (skipped without --with-mpi) needs a fixture of the kit
+    warning = ("hpc_c10d: 6 test(s) skipped, not run: they need the testing kit, which is off; "
+               "run pytest with --hpc-c10d")
+    assert output.count(warning) == ranks, output  # every rank ran on its own
+    last = re.search(r"8 skipped in [\d.]+s =*\n(.*)\n", output)  # the line after pytest's last one
+    assert last and last[1].startswith(warning), output
+    alone = f"(without it each of the {ranks} ranks ran the whole session on its own)"
+    assert (alone in last[1]) == (ranks > 1), output
 
 
 @serial

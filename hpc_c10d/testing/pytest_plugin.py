@@ -33,6 +33,7 @@ __all__ = ["DistributedRun"]
 
 _DEFAULT_LIMIT_S = 300.0
 _PATIENCE_MARGIN_S = 60.0  # waited beyond a test's limit for the slowest rank's verdict
+_SKIPPED_FOR_THE_KIT = pytest.StashKey[int]()  # tests skipped because they need the kit and it is off
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,13 +58,36 @@ def pytest_configure(config: pytest.Config) -> None:
         enabled = config.getini("hpc_c10d")
     if enabled:
         config.pluginmanager.register(DistributedRun(config), "hpc_c10d-run")
+    config.stash[_SKIPPED_FOR_THE_KIT] = 0
 
 
 def _the_run(config: pytest.Config) -> DistributedRun:
     run = config.pluginmanager.get_plugin("hpc_c10d-run")
     if run is None:
+        config.stash[_SKIPPED_FOR_THE_KIT] += 1
         pytest.skip("the hpc_c10d pytest plugin is off: run pytest with --hpc-c10d")
     return run
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's: after its last line
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    """With the kit off, say at the very end that tests needing it were skipped, not run."""
+    yield
+    skipped = session.config.stash.get(_SKIPPED_FOR_THE_KIT, 0)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if skipped and reporter is not None:
+        reporter.write_line(_kit_off_warning(skipped), yellow=True, bold=True)
+
+
+def _kit_off_warning(skipped: int) -> str:
+    from .. import jobenv
+
+    line = (f"hpc_c10d: {skipped} test(s) skipped, not run: they need the testing kit, which is off; "
+            "run pytest with --hpc-c10d")
+    ranks = jobenv.detect().env_size or 1
+    if ranks > 1:
+        line += f" (without it each of the {ranks} ranks ran the whole session on its own)"
+    return line
 
 
 def _size_problem(marker: Any, size: int) -> str:
