@@ -158,11 +158,11 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
     non-member's ``GroupMember.NON_GROUP_MEMBER`` is accepted and changes nothing."""
     if group is None or group is GroupMember.WORLD:
         default_group()
-        watchdog.stop()
         if isinstance(_world.default_store, MPIStore):
-            _world.default_store.close()
+            _world.default_store.close()  # collective: a rank done early waits here for the others,
         for pg in reversed(_world.groups):
             pg._destroy()
+        watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
         _world.reset()
         return
     if group is GroupMember.NON_GROUP_MEMBER:
@@ -171,6 +171,9 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         raise ValueError("Invalid process group specified or has been destroyed.")
     _world.groups.remove(group)
     group._destroy()
+
+
+flight_recorder.track(destroy_process_group)
 
 
 def _drop_after_hang() -> None:

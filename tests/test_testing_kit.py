@@ -109,6 +109,17 @@ def test_a_test_waiting_in_python_fails_at_its_limit_and_the_run_goes_on(tmp_pat
 
 
 @serial
+@pytest.mark.parametrize("ranks", (1, 2))
+def test_a_store_wait_past_the_limit_is_named_with_its_keys(tmp_path, ranks):
+    status, output = run_cases(tmp_path, "test_store_hang.py", ranks)
+    assert status == 1, output
+    assert counts(output) == {"failed": 1, "passed": 1}, output
+    assert "time limit of 2 s exceeded in MPIStore.wait(['hpc_c10d-test/test_store_hang.py::" \
+           "test_rank_0_waits_for_a_key_nobody_sets/never-set'])" in output, output
+    assert "Python code" not in output, output
+
+
+@serial
 @pytest.mark.parametrize("ranks", (2, 3, 4))
 def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tmp_path, ranks):
     status, output = run_cases(tmp_path, "test_hangs.py", ranks)
