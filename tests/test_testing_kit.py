@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ EXAMPLE_COUNTS = {1: {"passed": 2, "skipped": 3}, 2: {"passed": 5}, 3: {"passed"
 serial = pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts its own jobs; run without mpiexec")
 
 
-def run_cases(tmp_path, case, ranks, *args, launcher_flags=(), kit=True):
+def run_cases(tmp_path, case, ranks, *args, launcher_flags=(), kit=True, env=None):
     """``mpiexec [launcher_flags] -n ranks python -m pytest --hpc-c10d <case> *args`` in tmp_path, under
     ``timeout`` (without ``--hpc-c10d`` when not ``kit``): (exit status, rank 0's report and every rank's
     stderr)."""
@@ -38,7 +39,7 @@ def run_cases(tmp_path, case, ranks, *args, launcher_flags=(), kit=True):
            sys.executable, "-m", "pytest", "-p", "hpc_c10d.testing.pytest_plugin", *(["--hpc-c10d"] if kit else []),
            "-p", "no:cacheprovider", "--color=no", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
            str(tmp_path / case), *args]
-    done = subprocess.run(cmd, env=fresh_env(CI="1"), cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run(cmd, env=fresh_env(CI="1", **(env or {})), cwd=tmp_path, capture_output=True, text=True,
                           timeout=TIMEOUT_S + 30)
     return done.returncode, done.stdout + done.stderr
 
@@ -129,10 +130,40 @@ def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tm
     others = f"ranks 1-{ranks - 1}" if ranks > 2 else "rank 1"
     assert f"group 0 (default_pg): rank 0 in all_reduce seq 1 of group 0 float32[4]; {others} not inside any " \
            "operation" in output, output
-    # this MPI cannot end a blocking call: the run ends, with rank 0's summary
+    # this MPI cannot end a blocking call: the run ends, with rank 0's report
     assert "rank 0 stayed blocked inside MPI" in output, output
-    assert "the run ended at test_hangs.py::test_only_rank_0_all_reduces: 1 failed" in output, output
-    assert "test_runs_on_a_fresh_group" not in output, output
+    assert counts(output) == {"failed": 1, "skipped": 1}, output
+    assert "hpc_c10d: the run ended at test_hangs.py::test_only_rank_0_all_reduces: failed on ranks [0]" in output
+
+
+@serial
+@pytest.mark.parametrize("ranks, hang", [(2, "0"), (3, "0"), (3, "last")])
+def test_a_run_ended_by_a_hang_keeps_every_report_and_its_junit_xml(tmp_path, ranks, hang):
+    xml = tmp_path / "report.xml"
+    status, output = run_cases(tmp_path, "test_report_kept.py", ranks, "-rA", f"--junitxml={xml}",
+                               env={"HANG_RANK": hang})
+    assert status == 1, output
+    stuck = 0 if hang == "0" else ranks - 1
+    at = "test_report_kept.py::test_one_rank_all_reduces"
+    assert counts(output) == {"failed": 2, "skipped": 3}, output  # the last line counts every test
+    assert output.count("test session starts") == 1, output
+    # the earlier failure's section, with its traceback, and the short summary of every test
+    assert "_ test_fails_first _" in output and "AssertionError: every rank fails this one" in output, output
+    assert f"FAILED test_report_kept.py::test_fails_first - failed on ranks {list(range(ranks))}" in output, output
+    assert f"FAILED {at} - failed on ranks [{stuck}]: time limit of 3 s exceeded in all_reduce" in output, output
+    assert f"SKIPPED [1] test_report_kept.py:21: not run: the run ended at {at}" in output, output
+    assert f"SKIPPED [2] test_report_kept.py:25: not run: the run ended at {at}" in output, output
+    # JUnit XML: the failures, the hung test with its report, the tests not run as skipped
+    root = ET.parse(xml).getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert list(cases) == ["test_fails_first", "test_one_rank_all_reduces", "test_later", "test_later_too[1]",
+                           "test_later_too[2]"], ET.tostring(root)
+    assert cases["test_fails_first"].find("failure") is not None
+    hung = cases["test_one_rank_all_reduces"].find("failure")
+    assert hung is not None and "who is where" in hung.text and "stayed blocked inside MPI" in hung.text
+    for name in ("test_later", "test_later_too[1]", "test_later_too[2]"):
+        skipped = cases[name].find("skipped")
+        assert skipped is not None and skipped.get("message") == f"not run: the run ended at {at}", name
 
 
 @serial
