@@ -62,4 +62,5 @@ def test_the_stores_page_program_runs_as_written(tmp_path):
     assert "mpiexec -n 2 python store_demo.py" in " ".join(text.split())
     proc, cmd = launch(2, [str(program)], 60, cwd=str(tmp_path))
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
-    assert sorted(proc.stdout.splitlines()) == ["rank 0: epoch 3", "rank 1: epoch 3"], proc.stdout
+    # mpiexec forwards the ranks' lines as they come: one may land inside the other
+    assert sorted(re.findall(r"rank \d: epoch \d", proc.stdout)) == ["rank 0: epoch 3", "rank 1: epoch 3"], proc.stdout
