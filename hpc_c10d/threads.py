@@ -92,8 +92,9 @@ def limit_pools(node_comm: Any, announce: bool) -> ThreadChoice:
         _choice = ThreadChoice(None, f"left as the libraries made them ({SWITCH}=0)")
     else:
         _apply(threads)
-        _choice = ThreadChoice(threads, f"{threads} per rank: {sharing} rank(s) on this node share its "
-                                        f"{len(mine)} core(s) (OMP_NUM_THREADS chooses, {SWITCH}=0 keeps them)")
+        _choice = ThreadChoice(threads, f"{threads} thread(s) per rank: {sharing} rank(s) on this node share "
+                                        f"the {len(mine)} core(s) this rank may use (OMP_NUM_THREADS chooses, "
+                                        f"{SWITCH}=0 keeps the libraries' own)")
         if sharing > 1 and announce and not _announced:
             _announced = True
             logger.warning("hpc_c10d: BLAS/OpenMP thread pools limited to %s", _choice.reason, extra={"rank": 0})
