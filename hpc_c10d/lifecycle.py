@@ -160,9 +160,9 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         default_group()
         if isinstance(_world.default_store, MPIStore):
             _world.default_store.close()  # collective: a rank done early waits here for the others,
+        watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
         for pg in reversed(_world.groups):
             pg._destroy()
-        watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
         _world.reset()
         return
     if group is GroupMember.NON_GROUP_MEMBER:
