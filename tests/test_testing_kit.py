@@ -110,7 +110,7 @@ def test_a_test_waiting_in_python_fails_at_its_limit_and_the_run_goes_on(tmp_pat
 
 
 @serial
-@pytest.mark.parametrize("ranks", (1, 2))
+@pytest.mark.parametrize("ranks", (2,))
 def test_a_store_wait_past_the_limit_is_named_with_its_keys(tmp_path, ranks):
     status, output = run_cases(tmp_path, "test_store_hang.py", ranks)
     assert status == 1, output
@@ -137,7 +137,7 @@ def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tm
 
 
 @serial
-@pytest.mark.parametrize("ranks, hang", [(2, "0"), (3, "0"), (3, "last")])
+@pytest.mark.parametrize("ranks, hang", [(3, "0"), (2, "last")])  # the stuck rank is rank 0, or another
 def test_a_run_ended_by_a_hang_keeps_every_report_and_its_junit_xml(tmp_path, ranks, hang):
     xml = tmp_path / "report.xml"
     status, output = run_cases(tmp_path, "test_report_kept.py", ranks, "-rA", f"--junitxml={xml}",
@@ -180,7 +180,7 @@ def test_under_ulfm_a_blocked_collective_is_freed_and_the_run_goes_on(tmp_path, 
 
 
 @serial
-@pytest.mark.parametrize("ranks", (1, 2, 3))
+@pytest.mark.parametrize("ranks", (1, 3))
 def test_with_the_kit_off_the_last_line_says_what_was_not_run(tmp_path, ranks):
     status, output = run_cases(tmp_path, "test_agreeing.py", ranks, kit=False)
     assert status == 0, output
