@@ -6,6 +6,8 @@ Three sources, all cheap when nothing goes wrong:
   the only cost on the hot path;
 * ``in_flight()`` reads the threads' Python stacks (``sys._current_frames``) to see which
   operation each thread is inside right now, with its group, sequence number, shape and dtype;
+  also a store's ``wait``/``get`` (with the keys) and what ``track`` names (``destroy_process_group``),
+  which no timeout applies to (``InFlight.timed`` is False);
 * an optional ring of the last N operations with their times and state, kept by wrapping the
   groups' transports. N comes from ``HPC_C10D_TRACE_BUFFER_SIZE`` or torch's
   ``TORCH_FR_BUFFER_SIZE``; unset, it is 2000 at debug level INFO/DETAIL and 0 (off) at OFF.
@@ -32,16 +34,18 @@ from . import debug
 from ._env import non_negative
 from ._state import _world
 from .process_group import ProcessGroup
+from .store import Store
 from .transport import TransportWrapper
 from .work import Work
 
-__all__ = ["InFlight", "in_flight", "current", "buffer_size", "trace_dir", "enable_recording", "dump", "dumps_of",
-           "snapshot", "set_hosts", "BUFFER_ENV", "DIR_ENV"]
+__all__ = ["InFlight", "in_flight", "current", "track", "buffer_size", "trace_dir", "enable_recording", "dump",
+           "dumps_of", "snapshot", "set_hosts", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
 _TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 DIR_ENV = "HPC_C10D_TRACE_DIR"
 DEFAULT_DIR = "hpc_c10d_traces"
+ON_REQUEST = "SIGUSR2"  # the reason of a dump that a signal asked for (that rank only)
 _DEBUG_BUFFER = 2000
 
 #: ProcessGroup method -> the operation's public name.
@@ -54,7 +58,9 @@ _GROUP_OPS = {
 }
 _P2P = ("send", "recv")
 _ARRAY_ARGS = ("tensor", "output", "input", "output_tensor_list", "tensor_list", "input_tensor_list")
+_STORE_OPS = ("wait", "get")  # the store operations that block until another rank acts
 _codes: dict[Any, str] | None = None
+_untimed: dict[Any, str] = {}  # code -> name, from track(): reported, never timed out
 
 
 @dataclass
@@ -70,6 +76,7 @@ class InFlight:
     shape: list[int] | None
     dtype: str | None
     pg: Any = None  # the ProcessGroup (left out of dumps)
+    timed: bool = True  # under its group's timeout (the watchdog's); a store's or tracked call has its own
 
     def as_dict(self) -> dict[str, Any]:
         """The facts, JSON-ready (the group object itself left out)."""
@@ -81,12 +88,28 @@ class InFlight:
         return f"{self.op}{where}{what}"
 
 
+def track(function: Any) -> None:
+    """Have ``in_flight`` name a thread inside ``function`` (e.g. ``destroy_process_group``, where a
+    finished rank waits for the others), without a timeout."""
+    _untimed[function.__code__] = function.__name__
+
+
+def _store_classes(cls: type[Store]) -> list[type[Store]]:
+    return [cls] + [sub for child in cls.__subclasses__() for sub in _store_classes(child)]
+
+
 def _tracked_codes() -> dict[Any, str]:
     global _codes
     if _codes is None:
         _codes = {getattr(ProcessGroup, name).__code__: op for name, op in _GROUP_OPS.items()}
         _codes[Work.wait.__code__] = "wait"
+        for cls in _store_classes(Store):  # hpc_c10d's own stores: all imported by now
+            _codes.update({cls.__dict__[op].__code__: "store" for op in _STORE_OPS if op in cls.__dict__})
     return _codes
+
+
+def _untimed_flight(thread: int, label: str) -> InFlight:
+    return InFlight(thread, label, None, None, None, None, None, None, None, timed=False)
 
 
 def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
@@ -97,6 +120,9 @@ def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
         shape, dtype = (None, None) if shape is None else ([int(n) for n in shape], str(dtype))
         seq = owner._p2p_seq if op in _P2P else owner._seq
         return InFlight(thread, op, owner._name, owner._desc, list(owner._global_ranks), seq, shape, dtype, owner)
+    if op == "store":
+        keys = local.get("keys", local.get("key"))
+        return _untimed_flight(thread, f"{type(owner).__name__}.{frame.f_code.co_name}({keys!r})")
     label = f"wait({getattr(owner, 'op_name', 'operation')})"
     return InFlight(thread, label, None, None, None, None, None, None, None)
 
@@ -108,6 +134,9 @@ def _innermost(thread: int, frame: Any) -> InFlight | None:
         op = codes.get(frame.f_code)
         if op is not None:
             return _from_frame(thread, frame, op)
+        name = _untimed.get(frame.f_code)
+        if name is not None:
+            return _untimed_flight(thread, name)
         frame, depth = frame.f_back, depth + 1
     return None
 

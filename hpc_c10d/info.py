@@ -8,7 +8,7 @@ import platform
 import socket
 from typing import Any
 
-from . import jobenv
+from . import jobenv, threads
 from ._extras import gpu_install_hint
 
 __all__ = ["versions", "nccl_library", "rank_layout", "main"]
@@ -51,14 +51,20 @@ def _describe_me() -> dict[str, Any]:
         "local_rank": dist.get_node_local_rank(),
         "pid": os.getpid(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "threads": _pool_limit(),
         "gpus": ",".join(job.visible_gpus) if job.visible_gpus is not None else "-",
         "job": job.describe(),
         "disagreements": job.disagreements(dist.get_rank(), dist.get_world_size()),
     }
 
 
+def _pool_limit() -> str:
+    choice = threads.current()
+    return str(choice.threads) if choice is not None and choice.threads is not None else "-"
+
+
 def rank_layout() -> list[dict[str, Any]]:
-    """Return one record per rank (rank, host, node-local rank, pid, usable CPUs); collective."""
+    """Return one record per rank (rank, host, node-local rank, pid, usable CPUs, thread-pool limit); collective."""
     from . import distributed_c10d as dist
 
     layout: list[Any] = [None] * dist.get_world_size()
@@ -84,12 +90,14 @@ def main() -> int:
         if "torch" in versions():
             print(f"{'torch store':16s} {env_store()}")
         print(f"{'world size':16s} {dist.get_world_size()} on {len({r['host'] for r in layout})} node(s)")
+        choice = threads.current()
+        print(f"{'thread pools':16s} {choice.reason if choice else '-'}")
         for job in dict.fromkeys(r["job"] for r in layout):
             print(f"{'job':16s} {job}")
-        print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4} gpus")
+        print(f"\n{'rank':>5} {'host':20s} {'local':>5} {'pid':>8} {'cpus':>4} {'threads':>7} gpus")
         for record in layout:
             print(f"{record['rank']:>5} {record['host'][:20]:20s} {record['local_rank']:>5} "
-                  f"{record['pid']:>8} {record['cpus']:>4} {record['gpus']}")
+                  f"{record['pid']:>8} {record['cpus']:>4} {record['threads']:>7} {record['gpus']}")
         notes = [(r["rank"], note) for r in layout for note in r["disagreements"]]
         if notes:
             print("\nthe launcher's variables disagree with MPI (hpc_c10d uses MPI's answer):")

@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from . import fingerprints, flight_recorder, jobenv, logs, watchdog
+from . import fingerprints, flight_recorder, jobenv, logs, threads, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
 from .mpi import bootstrap
@@ -94,6 +94,8 @@ def init_process_group(
     The default store is an ``MPIStore`` over the world (created collectively here); a ``store``
     given is used instead. ``rank``/``world_size``, if given, must agree with MPI. ``comm`` (an
     mpi4py intracommunicator) runs the world on a sub-communicator instead of ``COMM_WORLD``.
+    Each rank's BLAS/OpenMP thread pools are limited to its share of the node's cores unless a
+    thread variable is set or ``HPC_C10D_LIMIT_THREADS=0`` (docs/launching.md).
 
     Example::
 
@@ -108,6 +110,7 @@ def init_process_group(
     watchdog.policy_from_env()
     watchdog.grace_from_env()
     flight_recorder.buffer_size()
+    threads.switched_on()
     _check_init_method(init_method, store)
     if store is not None and not isinstance(store, Store):
         raise TypeError(f"store must be a Store, got {type(store).__name__}")
@@ -123,7 +126,6 @@ def init_process_group(
     world.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise (mpi/failures.py), not abort in MPI; groups inherit it
     node = bootstrap.node_local_comm(world)
     _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()
-    node.Free()
     _world.thread_level = bootstrap.thread_level_name(MPI)
     backend_name = str(config) if backend is None else Backend(backend)
     pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
@@ -133,6 +135,8 @@ def init_process_group(
     _world.groups.append(pg)
     _world.group_count = 1
     logs.configure()
+    threads.limit_pools(node, world.Get_rank() == 0)
+    node.Free()
     instrument(pg)
     try:
         pg._bind_device(device_id)  # NCCL now, when a device is bound: every rank succeeds or fails alike
@@ -154,9 +158,9 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
     non-member's ``GroupMember.NON_GROUP_MEMBER`` is accepted and changes nothing."""
     if group is None or group is GroupMember.WORLD:
         default_group()
-        watchdog.stop()
         if isinstance(_world.default_store, MPIStore):
-            _world.default_store.close()
+            _world.default_store.close()  # collective: a rank done early waits here for the others,
+        watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
         for pg in reversed(_world.groups):
             pg._destroy()
         _world.reset()
@@ -167,6 +171,9 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         raise ValueError("Invalid process group specified or has been destroyed.")
     _world.groups.remove(group)
     group._destroy()
+
+
+flight_recorder.track(destroy_process_group)
 
 
 def _drop_after_hang() -> None:

@@ -11,10 +11,12 @@ their hosts ("no answer from ranks 2-3 on node2"): a dead process, or a node cut
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections import defaultdict
 from typing import Any, Iterable
 
-from .flight_recorder import dumps_of, trace_dir
+from .flight_recorder import DEFAULT_DIR, DIR_ENV, ON_REQUEST, dumps_of, trace_dir
 
 __all__ = ["rank_ranges", "summarize", "main"]
 
@@ -54,6 +56,25 @@ def _roll_call_lines(dumps: list[dict[str, Any]], hosts: list[str] | None) -> li
     return lines
 
 
+def _missing_lines(dumps: list[dict[str, Any]], missing: list[int], hosts: list[str] | None) -> list[str]:
+    """Why ranks left no dump, as far as the dumps tell: asked by no one (dumps made on SIGUSR2),
+    alive (they answered a roll call), or neither (dead, or could not write)."""
+    if not missing:
+        return []
+    if all(d.get("reason") == ON_REQUEST for d in dumps):
+        return [f"  no dump from {rank_ranges(missing)}{_on(missing, hosts)}: {ON_REQUEST} makes only the ranks "
+                "it reaches dump (send it to each rank's process to see them all)"]
+    answered = {r for d in dumps for r in (d.get("roll_call") or {}).get("answered", [])}
+    alive, unknown = [r for r in missing if r in answered], [r for r in missing if r not in answered]
+    lines = []
+    if alive:
+        lines.append(f"  no dump from {rank_ranges(alive)}{_on(alive, hosts)}, which answered the roll call "
+                     "(alive, but could not write its dump)")
+    if unknown:
+        lines.append(f"  no dump from {rank_ranges(unknown)}{_on(unknown, hosts)} (dead, or could not write)")
+    return lines
+
+
 def _doing(dump: dict[str, Any], group: str) -> str:
     """What the rank was inside for ``group``, or where it was otherwise."""
     flights = dump.get("in_flight") or []
@@ -63,8 +84,9 @@ def _doing(dump: dict[str, Any], group: str) -> str:
             return f"in {flight['op']} seq {flight['seq']} of group {group}{shape}"
     if flights:
         first = flights[0]
-        where = f" of group {first['group']}" if first.get("group") is not None else ""
-        return f"in {first['op']}{where} (not in this group's collectives)"
+        if first.get("group") is None:  # a store's wait, destroy_process_group, a Work's wait
+            return f"in {first['op']}"
+        return f"in {first['op']} of group {first['group']} (not in this group's collectives)"
     seq = next((g["seq"] for g in dump.get("groups", []) if g["name"] == group), None)
     return f"not inside any operation (collectives started on group {group}: {seq})"
 
@@ -77,9 +99,7 @@ def summarize(dumps: list[dict[str, Any]]) -> str:
     present = {d["rank"] for d in dumps if d.get("rank") is not None}
     lines = [f"run {dumps[0].get('run', '?')}: dumps from {len(present)} of {world} ranks"]
     hosts = next((d["hosts"] for d in dumps if d.get("hosts")), None)
-    missing = sorted(set(range(world)) - present)
-    if missing:
-        lines.append(f"  no dump from {rank_ranges(missing)}{_on(missing, hosts)} (dead, or could not write)")
+    lines += _missing_lines(dumps, sorted(set(range(world)) - present), hosts)
     lines += _roll_call_lines(dumps, hosts)
     reasons = {d["reason"] for d in dumps if d.get("reason") not in (None, "another rank raised the alarm")}
     lines += [f"  reported: {reason}" for reason in sorted(reasons)]
@@ -110,6 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", nargs="?", default=None, help=f"dump directory (default: {trace_dir()})")
     parser.add_argument("--run", default=None, help="run id to report (default: the newest)")
     args = parser.parse_args(argv)
-    dumps = dumps_of(args.directory or trace_dir(), args.run)
-    print(summarize(dumps))
+    directory = args.directory or trace_dir()
+    if not os.path.isdir(directory):
+        print(f"{parser.prog}: {directory}: no such directory (dumps go to {DIR_ENV}, else ./{DEFAULT_DIR}, in "
+              "the directory the job ran in)", file=sys.stderr)
+        return 1
+    dumps = dumps_of(directory, args.run)
+    if not dumps and args.run is not None:
+        print(f"no flight-recorder dumps of run {args.run} in {directory}")
+    else:
+        print(summarize(dumps) + ("" if dumps else f" in {directory}"))
     return 0 if dumps else 1

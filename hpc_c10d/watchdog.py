@@ -188,7 +188,7 @@ class Watchdog:
                 return
             try:
                 if self._wake_r in ready and signal.SIGUSR2 in os.read(self._wake_r, 512):  # a byte per signal
-                    self.dump("SIGUSR2")
+                    self.dump(flight_recorder.ON_REQUEST)
                 if roll_sock is not None and roll_sock in ready:
                     self._roll.drain()  # type: ignore[union-attr]  # answer a late rank's roll call
                 self._tick()
@@ -202,7 +202,7 @@ class Watchdog:
             key = (flight.thread, flight.op, flight.group, flight.seq)
             first = seen[key] = self._seen.get(key, now)
             owner = flight.pg if flight.pg is not None else default
-            if owner is None or key in self._fired:
+            if owner is None or not flight.timed or key in self._fired:
                 continue
             limit = owner._timeout.total_seconds()
             if now - first > limit:

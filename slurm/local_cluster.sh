@@ -6,7 +6,8 @@
 #                                        # whether another cluster answers srun here
 #   bash slurm/local_cluster.sh env      # print the exports for `eval`: SLURM_CONF, and
 #                                        # HPC_C10D_TEST_SLURM_CLUSTER (the tests may submit here)
-#   bash slurm/local_cluster.sh down     # stop exactly the daemons `up` started
+#   bash slurm/local_cluster.sh down     # cancel this cluster's jobs, stop what is left of them
+#                                        # (slurmstepd, srun, ranks), then exactly the daemons `up` started
 #
 # Meant for sandboxes and CI boxes with no systemd and no cgroup delegation,
 # running as root. Everything (config, munge key + socket, spool dirs, logs,
@@ -321,20 +322,85 @@ stop_daemons() {
     return "$stopped"
 }
 
+# ours PID: whether process PID talks to this cluster: the SLURM_CONF in its
+# environment is our config, or it has none and /etc/slurm/slurm.conf is ours.
+ours() {
+    local conf
+    conf="$(tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^SLURM_CONF=//p')"
+    [ "$(readlink -f "${conf:-/etc/slurm/slurm.conf}")" = "$(readlink -f "$CONF")" ]
+}
+
+# job_processes: "pid name" of every process of this cluster's jobs: its step
+# daemons (slurmstepd, which outlive slurmd) and clients (srun, salloc, sbatch),
+# each with all its descendants (the ranks, mpiexec and its proxies), leaving
+# out this script and its ancestors.
+job_processes() {
+    local -A parent=() mine=()
+    local dir pid stat fields roots="" queue
+    for dir in /proc/[0-9]*; do
+        pid="${dir#/proc/}"
+        stat="$(cat "$dir/stat" 2>/dev/null)" || continue
+        read -r -a fields <<<"${stat##*) }"   # state, ppid, ...: after the (name)
+        parent[$pid]="${fields[1]}"
+    done
+    pid=$$
+    while [ -n "$pid" ] && [ "$pid" != 0 ]; do mine[$pid]=1; pid="${parent[$pid]:-}"; done
+    for pid in "${!parent[@]}"; do
+        [ -z "${mine[$pid]:-}" ] || continue
+        case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
+            slurmstepd|srun|salloc|sbatch) ours "$pid" && roots="$roots $pid" ;;
+        esac
+    done
+    local -A seen=()
+    queue="$roots"
+    while [ -n "${queue// /}" ]; do
+        read -r pid queue <<<"$queue"
+        [ -z "${seen[$pid]:-}" ] && [ -z "${mine[$pid]:-}" ] || continue
+        seen[$pid]=1
+        echo "$pid $(cat "/proc/$pid/comm" 2>/dev/null || echo '?')"
+        for dir in "${!parent[@]}"; do [ "${parent[$dir]}" = "$pid" ] && queue="$queue $dir"; done
+    done
+}
+
+# stop_job_processes: SIGTERM what job_processes lists, SIGKILL what is left
+# after 5 s; say which. Returns 0 if there was any.
+stop_job_processes() {
+    local found pids pid _ alive
+    found="$(job_processes)"
+    [ -n "$found" ] || return 1
+    log "stopping job processes: $(awk '{printf "%s%s (pid %s)", (NR > 1 ? ", " : ""), $2, $1}' <<<"$found")"
+    pids="$(awk '{print $1}' <<<"$found")"
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
+    for _ in $(seq 1 10); do
+        alive=""
+        for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive="$alive $pid"; done
+        [ -z "$alive" ] && return 0
+        sleep 0.5
+    done
+    log "still running after 5 s, sending SIGKILL:$alive"
+    # shellcheck disable=SC2086
+    kill -KILL $alive 2>/dev/null || true
+}
+
 cmd_down() {
-    # Cancel leftover jobs first (and give them KillWait to exit) so that no
-    # job step outlives slurmd.
+    # Cancel the jobs first (and give them KillWait to exit), then stop what is
+    # left of them (step daemons outlive slurmd; clients and their children may
+    # outlive the job), then the daemons.
+    local jobs="" did=""
     if is_running slurmctld && is_running slurmd; then
-        local jobs
         jobs="$(timeout 5 squeue -h -o %A 2>/dev/null || true)"
         if [ -n "$jobs" ]; then
             log "cancelling jobs: $(tr "\n" " " <<<"$jobs")"
             # shellcheck disable=SC2086
             timeout 10 scancel $jobs 2>/dev/null || true
             wait_jobs_gone 15
+            did="cancelled $(wc -l <<<"$jobs") job(s)"
         fi
     fi
-    if stop_daemons; then log "down"; else log "already down"; fi
+    stop_job_processes && did="${did:+$did, }stopped the jobs' processes"
+    stop_daemons && did="${did:+$did, }stopped the daemons"
+    log "${did:-already down}${did:+: down}"
 }
 
 # Wait (at most $1 s) until no job is running or completing.

@@ -7,6 +7,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from hpc_c10d.bench import main, parser
 from hpc_c10d.bench.collective_ops import COLLECTIVES, Case, contribution, reference_reduce
 from hpc_c10d.bench.collectives import CORRUPT_ENV, count_wrong
 from hpc_c10d.bench.options import SUB_BENCHMARKS
-from hpc_c10d.bench.report import Record, table
+from hpc_c10d.bench.report import Progress, Record, table
 from hpc_c10d.bench.units import parse_bytes, parse_range, sweep
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -172,6 +173,38 @@ def test_a_start_up_table_is_by_world_size_even_for_one_size():
     assert header == ["ranks", "hpc_c10d min (µs)", "median (µs)", "max (µs)"] and row == ["4", "50.0", "60.0", "70.0"]
 
 
+def _timed(nbytes, us_min, us_median, rounds=5):
+    return Record(bench="collectives", op="all_reduce", impl="hpc_c10d", ranks=3, bytes=nbytes, count=nbytes // 4,
+                  rounds=rounds, us_min=us_min, us_median=us_median, us_max=us_median * 1.1)
+
+
+def test_a_noisy_table_says_so_and_suggests_more_rounds():
+    quiet = table([_timed(8, 10.0, 12.0), _timed(1024, 20.0, 21.0)])
+    assert "noisy" not in quiet
+    noisy = table([_timed(8, 10.0, 23.0), _timed(1024, 20.0, 21.0), _timed(2**20, 100.0, 150.0)])
+    assert noisy.rstrip().endswith("noisy: the median is 1.5-2.3x the minimum at 8 B, 1 MiB, so the machine was busy: "
+                                   "rerun on a quiet one, or with more --rounds (this run: 5)"), noisy
+
+
+def test_the_last_progress_step_prints_nothing_before_the_table(capsys):
+    progress = Progress(3, enabled=True)
+    for label in ("8 B", "1 KiB", "1 MiB"):
+        progress.step(label)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("  ")[0] for line in lines] == ["[1/3] 8 B", "[2/3] 1 KiB"]
+
+
+def test_the_plot_reads_sizes_in_binary_units():
+    pytest.importorskip("matplotlib", reason=f"matplotlib is not installed ({install_hint('plot')})")
+    from hpc_c10d.bench.plot import figure
+
+    drawn = figure([_timed(n, 10.0, 10.0) for n in (8, 1024, 2**20, 2**24)])
+    drawn.canvas.draw()
+    labels = [tick.get_text() for tick in drawn.axes[0].get_xticklabels() if tick.get_text()]
+    assert labels and all(re.fullmatch(r"\d+ (B|KiB|MiB)", label) for label in labels), labels  # not 2^10
+    assert {"8 B", "4 KiB", "2 MiB"} <= set(labels) and drawn.axes[0].get_xlabel() == "message size", labels
+
+
 # ---------------------------------------------------------------- the CLI under mpiexec
 def _bench(ranks, argv, tmp_path, env=None, expect_rc=0):
     """Run the bench; return (stdout, JSON document, CSV rows) from files it wrote."""
@@ -270,10 +303,14 @@ def test_training_steps_on_the_plugin_and_on_torchs_own_backend(ranks, tmp_path)
 
 @needs_own_job
 def test_p2p_latency_and_bandwidth_between_pairs(tmp_path):
-    _, doc, _ = _bench(2, ["p2p", "--compare", "mpi4py", *TINY], tmp_path)
+    stdout, doc, _ = _bench(2, ["p2p", "--compare", "mpi4py", *TINY], tmp_path)
     assert {(r["op"], r["impl"]) for r in doc["results"]} == {
         (op, impl) for op in ("latency", "bandwidth") for impl in ("hpc_c10d", "mpi4py")}
     assert all(r["wrong"] == 0 and r["us_max"] > 0 for r in doc["results"])
+    # a latency is a time, not a rate: no bandwidth in its record nor its table
+    assert all((r["algbw_gbs"] is None) == (r["op"] == "latency") for r in doc["results"])
+    latency, bandwidth = stdout.split("### p2p: bandwidth")
+    assert "GB/s" not in latency and "algbw GB/s" in bandwidth, stdout
 
 
 @needs_own_job

@@ -63,12 +63,16 @@ def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, 
         warm_up = [("allreduce", seq, "float32", [4], "completed") for seq in (1, 2, 3)]
         assert ring == (warm_up if r == straggler else warm_up[1:] + [("barrier", 4, None, None, "started")])
 
-    report = subprocess.run([sys.executable, "-m", "hpc_c10d", "trace", str(traces)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=60)
+    report = _trace(traces)
     assert report.returncode == 0, report.stderr
     assert f"dumps from {nprocs} of {nprocs} ranks" in report.stdout
     assert f"rank {straggler} not inside any operation" in report.stdout, report.stdout
     assert f"behind: rank {straggler}" in report.stdout, report.stdout
+
+
+def _trace(directory):
+    return subprocess.run([sys.executable, "-m", "hpc_c10d", "trace", str(directory)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_sigusr2_dumps_a_rank_and_the_job_goes_on(tmp_path):
@@ -79,6 +83,27 @@ def test_sigusr2_dumps_a_rank_and_the_job_goes_on(tmp_path):
     dumps = [json.loads((traces / name).read_text()) for name in os.listdir(traces) if name.endswith(".json")]
     assert [(d["rank"], d["reason"]) for d in dumps] == [(0, "SIGUSR2")], output
     assert [(f["op"], f["seq"]) for f in dumps[0]["in_flight"]] == [("barrier", 4)], dumps[0]
+    report = _trace(traces)  # the other ranks were not asked, not dead
+    assert "no dump from ranks 1-2 on" in report.stdout and "SIGUSR2 makes only the ranks it reaches dump" \
+        in report.stdout and "dead" not in report.stdout, report.stdout
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ranks_done_early_are_reported_in_destroy_process_group(nprocs, tmp_path):
+    proc, took, output = _run("finished", nprocs, tmp_path)
+    assert proc.returncode != 0, output
+    others = "rank 1" if nprocs == 2 else f"ranks 1-{nprocs - 1}"
+    assert f"dumps from {nprocs} of {nprocs} ranks" in proc.stderr and "dead" not in proc.stderr, output
+    assert f"rank 0 in all_reduce seq 4 of group 0 float32[8]; {others} in destroy_process_group\n" in proc.stderr, \
+        output
+
+
+def test_trace_of_a_missing_directory_says_so(tmp_path):
+    report = _trace(tmp_path / "nonexistent")
+    assert report.returncode == 1 and report.stdout == "", report.stdout
+    assert f"{tmp_path / 'nonexistent'}: no such directory (dumps go to HPC_C10D_TRACE_DIR" in report.stderr
+    report = _trace(tmp_path)
+    assert report.returncode == 1 and report.stdout == f"no flight-recorder dumps found in {tmp_path}\n"
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])

@@ -74,7 +74,8 @@ def test_info_command_reports_every_rank():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "mpi4py" in out and "MPI library" in out and "thread level" in out and "NCCL library" in out
-    assert "world size       3" in out
+    assert "world size       3" in out and "\nthread pools     " in out  # the choice of hpc_c10d.threads
+    assert " pid cpus threads gpus" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2]
 

@@ -14,10 +14,12 @@ requeue-and-resume, and a plain ``scancel`` leaving no requeue request behind; a
 The rule itself (no designation: no SLURM command at all; a designation: that cluster only) and
 ``local_cluster.sh up`` naming the process that holds its port run everywhere, with stand-ins.
 """
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -181,6 +183,52 @@ def test_local_cluster_up_names_the_process_that_holds_its_port(tmp_path):
     assert f"ERROR: port {port} (slurmctld) is taken by {holder}, which this script did not start" in proc.stderr
     assert "HPC_C10D_SLURM_CTLD_PORT=7817 HPC_C10D_SLURM_SLURMD_PORT=7818 bash" in proc.stderr, proc.stderr
     assert not list(tmp_path.glob("*.pid")) and "starting" not in proc.stderr, proc.stderr
+
+
+def _alive(pid):
+    """Whether ``pid`` runs (a zombie of ours does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_local_cluster_down_stops_what_its_jobs_left_running(tmp_path):
+    """Stand-ins of a step daemon with a rank under it and of an srun client, both of this cluster, and
+    an srun of another one: with no daemon to cancel through, ``down`` still stops exactly the first two."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name in ("slurmstepd", "srun"):
+        (bin_dir / name).write_text("#!/bin/sh\nsleep 300 &\nwait\n")  # a 'rank' under each
+        (bin_dir / name).chmod(0o755)
+    ours = {"SLURM_CONF": str(state / "slurm.conf")}
+    started = [subprocess.Popen([str(bin_dir / name)], env={**os.environ, **conf}, start_new_session=True)
+               for name, conf in (("slurmstepd", ours), ("srun", ours), ("srun", {"SLURM_CONF": "/elsewhere"}))]
+    try:
+        deadline = time.monotonic() + 10
+        ranks = []
+        while time.monotonic() < deadline and len(ranks) < 3:  # each stand-in's sleep has started
+            sessions = ",".join(str(stand_in.pid) for stand_in in started)
+            found = subprocess.run(["pgrep", "-x", "sleep", "-s", sessions], capture_output=True, text=True)
+            ranks = [int(pid) for pid in found.stdout.split()]
+            time.sleep(0.05)
+        assert len(ranks) == 3
+        proc = subprocess.run(["timeout", "60", "bash", LOCAL_CLUSTER, "down"], capture_output=True, text=True,
+                              timeout=90, env={**os.environ, "HPC_C10D_SLURM_DIR": str(state)})
+        assert proc.returncode == 0, proc.stderr
+        for stand_in in started[:2]:
+            stand_in.wait(timeout=10)
+        assert started[2].poll() is None and sum(_alive(r) for r in ranks) == 1, proc.stderr
+        assert f"slurmstepd (pid {started[0].pid})" in proc.stderr and f"srun (pid {started[1].pid})" in proc.stderr
+        assert f"(pid {started[2].pid})" not in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().endswith("stopped the jobs' processes: down"), proc.stderr
+    finally:
+        for stand_in in started:
+            with contextlib.suppress(ProcessLookupError):  # stopped by `down`, with its whole group
+                os.killpg(stand_in.pid, signal.SIGKILL)
+            stand_in.wait()
 
 
 def _left_by_the_templates():

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -28,16 +29,17 @@ EXAMPLE_COUNTS = {1: {"passed": 2, "skipped": 3}, 2: {"passed": 5}, 3: {"passed"
 serial = pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts its own jobs; run without mpiexec")
 
 
-def run_cases(tmp_path, case, ranks, *args, launcher_flags=()):
+def run_cases(tmp_path, case, ranks, *args, launcher_flags=(), kit=True, env=None):
     """``mpiexec [launcher_flags] -n ranks python -m pytest --hpc-c10d <case> *args`` in tmp_path, under
-    ``timeout``: (exit status, rank 0's report and every rank's stderr)."""
+    ``timeout`` (without ``--hpc-c10d`` when not ``kit``): (exit status, rank 0's report and every rank's
+    stderr)."""
     shutil.copy(os.path.join(CASES, case), tmp_path / case)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     cmd = ["timeout", str(TIMEOUT_S), *mpiexec_command(ranks)[:-2], *launcher_flags, "-n", str(ranks),
-           sys.executable, "-m", "pytest", "-p", "hpc_c10d.testing.pytest_plugin", "--hpc-c10d",
+           sys.executable, "-m", "pytest", "-p", "hpc_c10d.testing.pytest_plugin", *(["--hpc-c10d"] if kit else []),
            "-p", "no:cacheprovider", "--color=no", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path),
            str(tmp_path / case), *args]
-    done = subprocess.run(cmd, env=fresh_env(CI="1"), cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run(cmd, env=fresh_env(CI="1", **(env or {})), cwd=tmp_path, capture_output=True, text=True,
                           timeout=TIMEOUT_S + 30)
     return done.returncode, done.stdout + done.stderr
 
@@ -108,6 +110,17 @@ def test_a_test_waiting_in_python_fails_at_its_limit_and_the_run_goes_on(tmp_pat
 
 
 @serial
+@pytest.mark.parametrize("ranks", (2,))
+def test_a_store_wait_past_the_limit_is_named_with_its_keys(tmp_path, ranks):
+    status, output = run_cases(tmp_path, "test_store_hang.py", ranks)
+    assert status == 1, output
+    assert counts(output) == {"failed": 1, "passed": 1}, output
+    assert "time limit of 2 s exceeded in MPIStore.wait(['hpc_c10d-test/test_store_hang.py::" \
+           "test_rank_0_waits_for_a_key_nobody_sets/never-set'])" in output, output
+    assert "Python code" not in output, output
+
+
+@serial
 @pytest.mark.parametrize("ranks", (2, 3, 4))
 def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tmp_path, ranks):
     status, output = run_cases(tmp_path, "test_hangs.py", ranks)
@@ -117,10 +130,40 @@ def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tm
     others = f"ranks 1-{ranks - 1}" if ranks > 2 else "rank 1"
     assert f"group 0 (default_pg): rank 0 in all_reduce seq 1 of group 0 float32[4]; {others} not inside any " \
            "operation" in output, output
-    # this MPI cannot end a blocking call: the run ends, with rank 0's summary
+    # this MPI cannot end a blocking call: the run ends, with rank 0's report
     assert "rank 0 stayed blocked inside MPI" in output, output
-    assert "the run ended at test_hangs.py::test_only_rank_0_all_reduces: 1 failed" in output, output
-    assert "test_runs_on_a_fresh_group" not in output, output
+    assert counts(output) == {"failed": 1, "skipped": 1}, output
+    assert "hpc_c10d: the run ended at test_hangs.py::test_only_rank_0_all_reduces: failed on ranks [0]" in output
+
+
+@serial
+@pytest.mark.parametrize("ranks, hang", [(3, "0"), (2, "last")])  # the stuck rank is rank 0, or another
+def test_a_run_ended_by_a_hang_keeps_every_report_and_its_junit_xml(tmp_path, ranks, hang):
+    xml = tmp_path / "report.xml"
+    status, output = run_cases(tmp_path, "test_report_kept.py", ranks, "-rA", f"--junitxml={xml}",
+                               env={"HANG_RANK": hang})
+    assert status == 1, output
+    stuck = 0 if hang == "0" else ranks - 1
+    at = "test_report_kept.py::test_one_rank_all_reduces"
+    assert counts(output) == {"failed": 2, "skipped": 3}, output  # the last line counts every test
+    assert output.count("test session starts") == 1, output
+    # the earlier failure's section, with its traceback, and the short summary of every test
+    assert "_ test_fails_first _" in output and "AssertionError: every rank fails this one" in output, output
+    assert f"FAILED test_report_kept.py::test_fails_first - failed on ranks {list(range(ranks))}" in output, output
+    assert f"FAILED {at} - failed on ranks [{stuck}]: time limit of 3 s exceeded in all_reduce" in output, output
+    assert f"SKIPPED [1] test_report_kept.py:21: not run: the run ended at {at}" in output, output
+    assert f"SKIPPED [2] test_report_kept.py:25: not run: the run ended at {at}" in output, output
+    # JUnit XML: the failures, the hung test with its report, the tests not run as skipped
+    root = ET.parse(xml).getroot()
+    cases = {case.get("name"): case for case in root.iter("testcase")}
+    assert list(cases) == ["test_fails_first", "test_one_rank_all_reduces", "test_later", "test_later_too[1]",
+                           "test_later_too[2]"], ET.tostring(root)
+    assert cases["test_fails_first"].find("failure") is not None
+    hung = cases["test_one_rank_all_reduces"].find("failure")
+    assert hung is not None and "who is where" in hung.text and "stayed blocked inside MPI" in hung.text
+    for name in ("test_later", "test_later_too[1]", "test_later_too[2]"):
+        skipped = cases[name].find("skipped")
+        assert skipped is not None and skipped.get("message") == f"not run: the run ended at {at}", name
 
 
 @serial
@@ -134,6 +177,20 @@ def test_under_ulfm_a_blocked_collective_is_freed_and_the_run_goes_on(tmp_path, 
     assert "time limit of 3 s exceeded in all_reduce seq 1 of group 0 float32[4]" in output, output
     assert "MPI_ERR_REVOKED" in output, output
     assert "the default group was made afresh 1 time(s)" in output, output
+
+
+@serial
+@pytest.mark.parametrize("ranks", (1, 3))
+def test_with_the_kit_off_the_last_line_says_what_was_not_run(tmp_path, ranks):
+    status, output = run_cases(tmp_path, "test_agreeing.py", ranks, kit=False)
+    assert status == 0, output
+    # every test but the two pytest-mpi ones (skipped without --with-mpi) needs a fixture of the kit
+    warning = ("hpc_c10d: 6 test(s) skipped, not run: they need the testing kit, which is off; "
+               "run pytest with --hpc-c10d")
+    alone = f"(without it each of the {ranks} ranks ran the whole session on its own)"
+    said = [line for line in output.splitlines() if warning in line]
+    assert len(said) == ranks and all((alone in line) == (ranks > 1) for line in said), output  # each on its own
+    assert re.search(r"8 skipped in [\d.]+s =*\n" + re.escape(warning), output), output  # after pytest's last line
 
 
 @serial

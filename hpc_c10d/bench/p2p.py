@@ -97,7 +97,8 @@ def run(bench: Sweep, ops: list[str], sizes: tuple[int, int], factor: int, dtype
         per_step = 2 if op == "latency" else WINDOW
         measured = {impl: t._replace(spread=(t.spread[0] / per_step, t.spread[1] / per_step, t.spread[2] / per_step))
                     for impl, t in measured.items()}
+        # a latency is one message's time, not a rate: no bandwidth columns
         records += bench.records(measured, wrong, bench="p2p", op=op, bytes=nbytes, count=case.count,
-                                 dtype=str(dtype), bus=1.0)
+                                 dtype=str(dtype), bus=None if op == "latency" else 1.0)
         bench.progress.step(f"{op} {fmt_bytes(nbytes)}")
     return records

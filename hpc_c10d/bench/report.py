@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from .units import fmt_bytes
 
-__all__ = ["Record", "Progress", "table", "write_json", "write_csv", "wrong_total"]
+__all__ = ["Record", "Progress", "NOISY", "table", "write_json", "write_csv", "wrong_total"]
 
 
 @dataclass
@@ -149,7 +149,27 @@ def table(records: list[Record]) -> str:
         for note in sorted({f"{r.impl} at {r.ranks} ranks: {r.note}" if columns.by_ranks else f"{r.impl}: {r.note}"
                             for r in group if r.note}):
             out.write(f"\n{note}\n")
+        noise = _noise(group, columns)
+        if noise:
+            out.write(f"\n{noise}\n")
     return out.getvalue()
+
+
+#: a median this many times the minimum: the machine was busy (other jobs, too few cores)
+NOISY = 1.5
+
+
+def _noise(group: list[Record], columns: _Columns) -> str:
+    """A warning where the base implementation's median is far above its minimum ('' where not)."""
+    noisy = [r for r in group if r.impl == columns.base and r.us_min > 0 and r.us_median >= NOISY * r.us_min]
+    if not noisy:
+        return ""
+    where = ", ".join(f"{r.ranks} ranks" if columns.by_ranks else fmt_bytes(r.bytes) for r in noisy)
+    ratios = [r.us_median / r.us_min for r in noisy]
+    option = "--repeats" if group[0].bench == "startup" else "--rounds"
+    more = f" (this run: {group[0].rounds})" if group[0].rounds else ""
+    return (f"noisy: the median is {min(ratios):.1f}-{max(ratios):.1f}x the minimum at {where}, so the machine was "
+            f"busy: rerun on a quiet one, or with more {option}{more}")
 
 
 def _open(path: str) -> IO[str]:
@@ -185,13 +205,19 @@ class Progress:
         self.live = enabled and sys.stderr.isatty()
 
     def step(self, label: str) -> None:
+        """One more step done. The last prints nothing (a live line is cleared): the table comes next,
+        and a line written just before it could reach the terminal after it, as ``mpiexec`` forwards a
+        rank's standard output and error separately."""
         self.done += 1
         if not self.enabled:
+            return
+        if self.done >= self.total:
+            if self.live:
+                sys.stderr.write("\r\033[K")
+                sys.stderr.flush()
             return
         elapsed = time.monotonic() - self.start
         left = elapsed / self.done * (self.total - self.done)
         line = f"[{self.done}/{self.total}] {label}  {elapsed:.0f} s, about {left:.0f} s left"
         sys.stderr.write(f"\r\033[K{line}" if self.live else line + "\n")
-        if self.live and self.done == self.total:
-            sys.stderr.write("\n")
         sys.stderr.flush()

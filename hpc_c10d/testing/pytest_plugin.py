@@ -9,7 +9,9 @@ autoloading is off. Then, on every rank of ``mpiexec -n N python -m pytest --hpc
   rank 3 fails on every rank, and the report names rank 3 and shows its traceback;
 * each test has a time limit (``--hpc-c10d-time-limit``, the ``time_limit`` marker): a test past it
   fails with the flight recorder's "who is where" report (``time_limit.py``), and the run goes on
-  with a fresh default group, or, where MPI cannot free the blocked rank, ends with a summary;
+  with a fresh default group, or, where MPI cannot free the blocked rank, ends: then rank 0 still
+  gives pytest's whole report (every failure, the ``-r`` summary, ``--junitxml``), the tests not run
+  reported skipped, "not run: the run ended at <test>";
 * only rank 0 prints (``--hpc-c10d-every-rank`` keeps every rank's output);
 * fixtures: ``dist_world``, ``dist_rank``, ``dist_world_size``, ``dist_new_group``, ``dist_store``,
   ``rank_tmp_path``, ``shared_tmp_path``; the marker ``world_size`` skips a test at other sizes.
@@ -33,6 +35,7 @@ __all__ = ["DistributedRun"]
 
 _DEFAULT_LIMIT_S = 300.0
 _PATIENCE_MARGIN_S = 60.0  # waited beyond a test's limit for the slowest rank's verdict
+_SKIPPED_FOR_THE_KIT = pytest.StashKey[int]()  # tests skipped because they need the kit and it is off
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,13 +60,36 @@ def pytest_configure(config: pytest.Config) -> None:
         enabled = config.getini("hpc_c10d")
     if enabled:
         config.pluginmanager.register(DistributedRun(config), "hpc_c10d-run")
+    config.stash[_SKIPPED_FOR_THE_KIT] = 0
 
 
 def _the_run(config: pytest.Config) -> DistributedRun:
     run = config.pluginmanager.get_plugin("hpc_c10d-run")
     if run is None:
+        config.stash[_SKIPPED_FOR_THE_KIT] += 1
         pytest.skip("the hpc_c10d pytest plugin is off: run pytest with --hpc-c10d")
     return run
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's: after its last line
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+    """With the kit off, say at the very end that tests needing it were skipped, not run."""
+    yield
+    skipped = session.config.stash.get(_SKIPPED_FOR_THE_KIT, 0)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if skipped and reporter is not None:
+        reporter.write_line(_kit_off_warning(skipped), yellow=True, bold=True)
+
+
+def _kit_off_warning(skipped: int) -> str:
+    from .. import jobenv
+
+    line = (f"hpc_c10d: {skipped} test(s) skipped, not run: they need the testing kit, which is off; "
+            "run pytest with --hpc-c10d")
+    ranks = jobenv.detect().env_size or 1
+    if ranks > 1:
+        line += f" (without it each of the {ranks} ranks ran the whole session on its own)"
+    return line
 
 
 def _size_problem(marker: Any, size: int) -> str:
@@ -114,6 +140,9 @@ class DistributedRun:
         self.ended = ""  # why the run cannot go on (a rank blocked in MPI for good)
         self.renewals = 0  # times the default group was made afresh after a time limit
         self._item: pytest.Item | None = None
+        self._when = "setup"  # the current phase
+        self._ended_at: pytest.Item | None = None  # the test in which the run ended
+        self._session: pytest.Session | None = None
         self._outcome = "passed"  # the current test's, as its phases' verdicts come in
         self._deadline = 0.0
         self._limit = 0.0
@@ -147,6 +176,9 @@ class DistributedRun:
         marker = item.get_closest_marker("time_limit")
         return float(marker.args[0]) if marker is not None else self.default_limit
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self._session = session
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         self._item, self._limit, self._outcome = item, self._limit_of(item), "passed"
@@ -154,14 +186,23 @@ class DistributedRun:
         yield
         self._item = None
 
-    def _phase(self) -> Iterator[None]:
+    def _phase(self, when: str) -> Iterator[None]:
+        self._when = when
         if not self.ended:
             self._time_limit.start_phase(self._deadline, self._limit)
         yield
 
-    pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_phase)
-    pytest_runtest_call = pytest.hookimpl(hookwrapper=True)(_phase)
-    pytest_runtest_teardown = pytest.hookimpl(hookwrapper=True)(_phase)
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase("setup")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase("call")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase("teardown")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Generator[None, Any, None]:
@@ -190,6 +231,7 @@ class DistributedRun:
             self._deadline = time.monotonic() + self._limit
         self._apply(report, verdict)
         if self.ended:
+            self._ended_at = item
             item.session.shouldstop = f"hpc_c10d: {self.ended}"
 
     def _agree(self, item: pytest.Item, when: str, mine: Any) -> Any:
@@ -218,7 +260,7 @@ class DistributedRun:
     # ------------------------------------------------------------------ a rank blocked for good
     def _stand_in(self, expiry: Any) -> None:
         """Called from the time-limit thread: the main thread is blocked inside MPI for good.
-        Take its part in the verdict, have rank 0 print the report and the tally, end the process."""
+        Take its part in the verdict; on rank 0, finish the session's report in its place; end the process."""
         from .verdict import FAILED, RankOutcome
 
         item = self._item
@@ -226,15 +268,49 @@ class DistributedRun:
         mine = RankOutcome(FAILED, f"{expiry.message}\nthe test's stack then:\n{expiry.stack}", expiry.message,
                            expiry.message, True, expiry.snapshot)
         verdict = self._exchange(mine, name)
+        self.ended, self._ended_at = verdict.crash, item
         if self.rank == 0:
-            capture = self._config.pluginmanager.get_plugin("capturemanager")
-            if capture is not None:
-                capture.suspend_global_capture(in_=True)  # the stuck main thread's capture: to the terminal
-            self.tally["failed"] += 1
-            counts = ", ".join(f"{n} {what}" for what, n in sorted(self.tally.items()))
-            print(f"\n{'=' * 30} hpc_c10d: {name} FAILED {'=' * 30}\n{verdict.text}\n"
-                  f"{'=' * 10} the run ended at {name}: {counts} {'=' * 10}", flush=True)
+            try:
+                self._finish_session(item, verdict)
+            except Exception as exc:  # the process ends next whatever happens: say what was lost
+                print(f"hpc_c10d: the report could not be finished: {type(exc).__name__}: {exc}\n{verdict.text}",
+                      file=sys.stderr, flush=True)
         self._end_process(1)
+
+    def _finish_session(self, item: pytest.Item | None, verdict: Any) -> None:
+        """From the time-limit thread, in place of rank 0's blocked main thread: pytest gets the stuck
+        test's report and ends the session as it would have (every failure's report, the short summary,
+        ``--junitxml``, the final counts), with the tests not run reported skipped."""
+        capture = self._config.pluginmanager.get_plugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=True)  # the stuck main thread's capture: to the terminal
+        hook = self._config.hook
+        if item is not None:
+            report = pytest.TestReport(item.nodeid, item.location, {}, "failed",
+                                       _RankReport(verdict.text, verdict.crash), self._when,  # type: ignore[arg-type]
+                                       user_properties=item.user_properties)
+            hook.pytest_runtest_logreport(report=report)
+            hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            self.tally["failed"] += 1
+        if self._session is not None:
+            self._session.shouldstop = f"hpc_c10d: {self.ended}"
+            self._session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            hook.pytest_sessionfinish(session=self._session, exitstatus=pytest.ExitCode.TESTS_FAILED)
+        sys.stdout.flush()
+
+    def _report_not_run(self, session: pytest.Session) -> None:
+        """The tests after the one the run ended in, to pytest as skipped: "not run: the run ended at <test>"."""
+        at = self._ended_at
+        if at is None or at not in session.items:
+            return
+        hook, reason = self._config.hook, f"not run: the run ended at {at.nodeid}"
+        for item in session.items[session.items.index(at) + 1:]:
+            hook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+            line = (item.location[1] or 0) + 1
+            hook.pytest_runtest_logreport(report=pytest.TestReport(
+                item.nodeid, item.location, {}, "skipped", (str(item.path), line, f"Skipped: {reason}"), "setup"))
+            hook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+            self.tally["not run"] += 1
 
     def _end_process(self, status: int) -> None:
         """Leave without MPI_Finalize (a rank is blocked in MPI): after every rank got here, or 30 s."""
@@ -285,15 +361,20 @@ class DistributedRun:
             self._shared_base = Path(self.comm.bcast(made))
         return self._shared_base
 
+    @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         from .. import lifecycle
 
-        if not self.ended and lifecycle.is_initialized():
+        if self.ended:
+            self._report_not_run(session)
+        elif lifecycle.is_initialized():
             lifecycle.destroy_process_group()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.ended:
-            terminalreporter.write_line(f"hpc_c10d: the run ended early: {self.ended}", red=True)
+            where = f" at {self._ended_at.nodeid}" if self._ended_at is not None else ""
+            terminalreporter.write_line(f"hpc_c10d: the run ended{where}: {self.ended}; "
+                                        f"{self.tally['not run']} later test(s) not run", red=True)
         elif self.renewals:
             terminalreporter.write_line(f"hpc_c10d: the default group was made afresh {self.renewals} time(s), "
                                         "after tests that ran past their time limit")

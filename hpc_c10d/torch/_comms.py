@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .. import threads
 from ..mpi import bootstrap
 
 __all__ = ["group_communicator"]
@@ -32,7 +33,9 @@ def group_communicator(global_ranks: Sequence[int], group_rank: int, group_size:
             raise _mismatch("world size", group_size, world.Get_size())
         if group_rank != world.Get_rank():
             raise _mismatch("rank", group_rank, world.Get_rank())
-        return world.Dup()
+        comm = world.Dup()
+        threads.limit_pools_of(comm)  # as hpc_c10d's own init_process_group does
+        return comm
     ranks = list(global_ranks)
     if len(ranks) != group_size or ranks[group_rank] != world.Get_rank():
         raise _mismatch("global rank", ranks[group_rank] if group_rank < len(ranks) else -1, world.Get_rank())

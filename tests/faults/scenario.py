@@ -6,6 +6,7 @@
   usr2        rank 0 sends itself SIGUSR2 while waiting in a barrier for the slow last rank
   mismatch    (run with HPC_C10D_DEBUG=DETAIL) the last rank all_reduces a longer array
   disagree    no timeout= (HPC_C10D_TIMEOUT sets it); the last rank enters a barrier, the others all_reduce
+  finished    rank 0 all_reduces alone; the others are done and wait in destroy_process_group
 """
 import os
 import signal
@@ -59,6 +60,9 @@ elif scenario == "disagree":
     if last:
         dist.barrier()
     else:
+        dist.all_reduce(np.ones(8, np.float32))
+elif scenario == "finished":
+    if rank == 0:
         dist.all_reduce(np.ones(8, np.float32))
 else:
     raise SystemExit(f"unknown scenario {scenario!r}")

@@ -31,6 +31,7 @@ class PyHpcC10d(PythonPackage, CudaPackage):
     depends_on("py-mpi4py@4:", type=("build", "run"))
     depends_on("py-ml-dtypes@0.3:", type=("build", "run"))
     depends_on("py-python-hostlist@1.21:", type=("build", "run"))
+    depends_on("py-threadpoolctl@3.1:", type=("build", "run"))
     # Any MPI provider; mpiexec must be on PATH at run time.
     depends_on("mpi", type=("build", "run"))
 
