@@ -53,9 +53,11 @@ except BaseException:
 
 def test_every_program_is_listed():
     # torch_*.py are launched by test_torch_backend_launch.py, node_awareness.py by test_multinode.py,
-    # nccl_scenarios.py by test_nccl_gpu.py, thread_pools.py by test_threads.py
+    # nccl_scenarios.py by test_nccl_gpu.py, thread_pools.py by test_threads.py, frameworks.py by
+    # test_frameworks.py; _listening.py is a module two of them import
     on_disk = {f for f in os.listdir(PROGRAMS) if f.endswith(".py") and not f.startswith("torch_")}
-    assert on_disk == set(RUNS) | {"node_awareness.py", "nccl_scenarios.py", "thread_pools.py"}
+    assert on_disk == set(RUNS) | {"node_awareness.py", "nccl_scenarios.py", "thread_pools.py", "frameworks.py",
+                                   "_listening.py"}
 
 
 @pytest.mark.skipif(outer_world_size() > 1, reason="serial test that starts mpiexec itself; run without mpiexec")
