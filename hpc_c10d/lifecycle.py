@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import fingerprints, flight_recorder, jobenv, logs, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
+from .errors import DistError
 from .mpi import bootstrap
 from .mpi.progress import progress
 from .process_group import ProcessGroup
@@ -143,9 +144,10 @@ def init_process_group(
     watchdog.start(MPI, run_id)
 
 
-def instrument(pg: ProcessGroup) -> None:
-    """Put the debug aids the settings ask for around a new group's transports (collective call)."""
-    fingerprints.enable_checks(pg)
+def instrument(pg: ProcessGroup, detail: bool = False, mismatch: type[Exception] = DistError) -> None:
+    """Put the debug aids the settings ask for around a new group's transports (collective call):
+    fingerprint checks at DETAIL (or with ``detail``) raising ``mismatch``, and the flight recorder."""
+    fingerprints.enable_checks(pg, detail, mismatch)
     flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 

@@ -83,12 +83,20 @@ class MPIBackend(Transport):
         try:  # free in CPython 3.11+ while nothing raises
             if async_op:
                 return Work([nonblocking(*args)], user, finish, keep)
-            blocking(*args)
+            self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         if finish is not None:
             finish()
         return None
+
+    def _block(self, blocking, nonblocking, args):
+        """Run a blocking collective: MPI's, or the nonblocking one handed to ``finish_within`` (set
+        for backend "hpc" under torch, whose blocking calls end within a timeout; hot paths inline this)."""
+        if self.finish_within is None:
+            blocking(*args)
+        else:
+            self.finish_within(nonblocking(*args))
 
     def _reduction(self, buf, op, name):
         """(Reduction, PREMUL_SUM factor or None, what averages the result afterwards or None)."""
@@ -109,7 +117,10 @@ class MPIBackend(Transport):
                 try:
                     if async_op:
                         return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
-                    self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                    if self.finish_within is None:
+                        self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                    else:
+                        self.finish_within(self._comm.Iallreduce(_IN_PLACE, recv, red.op))
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
@@ -124,7 +135,10 @@ class MPIBackend(Transport):
         try:  # _issue, inlined: the hot path
             if async_op:
                 return Work([self._comm.Ibcast(data, root)], [user], None, buf)
-            self._comm.Bcast(data, root)
+            if self.finish_within is None:
+                self._comm.Bcast(data, root)
+            else:
+                self.finish_within(self._comm.Ibcast(data, root))
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         return None
@@ -138,7 +152,10 @@ class MPIBackend(Transport):
                 try:
                     if async_op:
                         return Work([self._comm.Ireduce(*call)], [user], None, buf)
-                    self._comm.Reduce(*call)
+                    if self.finish_within is None:
+                        self._comm.Reduce(*call)
+                    else:
+                        self.finish_within(self._comm.Ireduce(*call))
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
@@ -168,7 +185,7 @@ class MPIBackend(Transport):
         try:
             if async_op:
                 return Work([nonblocking(*args)], user, partial(staging.release, outs), keep)
-            blocking(*args)
+            self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         staging.release(outs)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 from torch._C._distributed_c10d import (
     AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions, BarrierOptions,
     BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions,
@@ -23,8 +23,10 @@ from torch._C._distributed_c10d import (
 
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
+from .. import flight_recorder
+from ..lifecycle import instrument
 from ..work import Work, combine_works, spin
-from ._ops import as_view, as_views, cpu_buffer, lean_reduction, to_hpc_op
+from ._ops import as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import close_stores
 from ._sparse import all_reduce_sparse
@@ -32,7 +34,6 @@ from ._work import TorchWork, wait_within
 
 __all__ = ["ProcessGroupHPC"]
 
-_IN_PLACE = MPI.IN_PLACE
 _NO_TIME = timedelta(0)  # torch's options carry -1 ms for "the group's timeout"
 _SUM = dist.ReduceOp.RedOpType.SUM
 # Defaults for callers that pass no options; never mutated here.
@@ -83,7 +84,11 @@ class ProcessGroupHPC(dist.ProcessGroup):
         super().__init__(comm.Get_rank(), comm.Get_size())
         ranks = list(global_ranks) or list(range(comm.Get_size()))
         self._comm = comm
-        self._inner = _HPCGroup(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout)
+        self._opts: Any = _BARRIER  # the options of the latest call (a blocking one's timeout is read from them)
+        self._inner = _HPCGroup(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout,
+                                finish_within=self._finish_within)
+        instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
+                   mismatch=dist.DistBackendError)
         self._is_world = not global_ranks
         self._finished = TorchWork(None, [])  # see _finished_work
 
@@ -132,21 +137,12 @@ class ProcessGroupHPC(dist.ProcessGroup):
     # ---- collectives -----------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = _ALLREDUCE) -> TorchWork:
         """All-reduce one tensor in place."""
-        if len(tensors) == 1:
-            tensor = tensors[0]
-            red = lean_reduction(opts.reduceOp, tensor.dtype)
-            if red is not None and tensor.is_cpu and not tensor.is_sparse and tensor.is_contiguous():
-                request = self._comm.Iallreduce(_IN_PLACE, (cpu_buffer(tensor), red.datatype), red.op)
-                if opts.asyncOp:
-                    return self._started(Work([request], tensors, None, tensor), tensors, opts, "allreduce")
-                # a small one is mostly done at once or within microseconds: no Work to make then
-                if not (request.Test() or spin(request.Test)):
-                    self._wait_bounded(Work([request], tensors, None, tensor), opts, "allreduce")
-                return self._finished_work(tensors)
-            if tensor.is_sparse:
-                return self._all_reduce_sparse(tensor, opts)
-        work = self._inner._all_reduce(_tensor(tensors, "allreduce"), to_hpc_op(opts.reduceOp), True)
-        return self._started(work, tensors, opts, "allreduce")
+        tensor = as_view(tensors[0]) if len(tensors) == 1 else _tensor(tensors, "allreduce")  # _tensor, inlined
+        if type(tensor) is not np.ndarray and tensor.is_sparse:
+            return self._all_reduce_sparse(tensor, opts)
+        self._opts = opts  # _issued, inlined: the hot path
+        work = self._inner._all_reduce(tensor, to_hpc_op(opts.reduceOp), opts.asyncOp)
+        return self._finished_work(tensors) if work is None else self._pending(work, tensors, opts)
 
     def _all_reduce_sparse(self, tensor: torch.Tensor, opts: Any) -> TorchWork:
         if opts.reduceOp.op != _SUM:
@@ -162,22 +158,19 @@ class ProcessGroupHPC(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = _BROADCAST) -> TorchWork:
         """Broadcast one tensor from group rank ``opts.rootRank``."""
-        root = _root_tensor(opts, "broadcast")
-        work = self._inner._broadcast(_tensor(tensors, "broadcast"), root, True)
-        return self._started(work, tensors, opts, "broadcast")
+        return self._issued(opts, tensors, self._inner._broadcast, _tensor(tensors, "broadcast"),
+                            _root_tensor(opts, "broadcast"))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = _REDUCE) -> TorchWork:
         """Reduce one tensor onto group rank ``opts.rootRank``."""
-        root = _root_tensor(opts, "reduce")
-        work = self._inner._reduce(_tensor(tensors, "reduce"), root, to_hpc_op(opts.reduceOp), True)
-        return self._started(work, tensors, opts, "reduce")
+        return self._issued(opts, tensors, self._inner._reduce, _tensor(tensors, "reduce"),
+                            _root_tensor(opts, "reduce"), to_hpc_op(opts.reduceOp))
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into a list on every rank."""
-        outputs = _list(output_tensors, "allgather")
-        work = self._inner._all_gather(outputs, _tensor(input_tensors, "allgather"), True)
-        return self._started(work, output_tensors, opts, "allgather")
+        return self._issued(opts, output_tensors, self._inner._all_gather, _list(output_tensors, "allgather"),
+                            _tensor(input_tensors, "allgather"))
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                             opts: Any = _ALLGATHER) -> TorchWork:
@@ -187,8 +180,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into one output tensor (input may be this rank's block of it)."""
-        return self._started(self._inner._all_gather_into_tensor(as_view(output), as_view(input), True), [output],
-                             opts, "allgather_into_tensor")
+        return self._issued(opts, [output], self._inner._all_gather_into_tensor, as_view(output), as_view(input))
 
     all_gather_single = _allgather_base
 
@@ -205,29 +197,28 @@ class ProcessGroupHPC(dist.ProcessGroup):
                opts: Any = _GATHER) -> TorchWork:
         """Gather every rank's tensor into a list on group rank ``opts.rootRank``."""
         outputs = _list(output_tensors, "gather") if output_tensors else None
-        work = self._inner._gather(_tensor(input_tensors, "gather"), outputs, opts.rootRank, True)
-        return self._started(work, output_tensors, opts, "gather")
+        return self._issued(opts, output_tensors, self._inner._gather, _tensor(input_tensors, "gather"), outputs,
+                            opts.rootRank)
 
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = _SCATTER) -> TorchWork:
         """Scatter a list from group rank ``opts.rootRank``, one tensor per rank."""
         inputs = _list(input_tensors, "scatter") if input_tensors else None
-        work = self._inner._scatter(_tensor(output_tensors, "scatter"), inputs, opts.rootRank, True)
-        return self._started(work, output_tensors, opts, "scatter")
+        return self._issued(opts, output_tensors, self._inner._scatter, _tensor(output_tensors, "scatter"), inputs,
+                            opts.rootRank)
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce a list of tensors, one per rank, and give each rank its own."""
         output = _tensor(output_tensors, "reduce_scatter")
-        work = self._inner._reduce_scatter(output, _list(input_tensors, "reduce_scatter"),
-                                           to_hpc_op(opts.reduceOp), True)
-        return self._started(work, output_tensors, opts, "reduce_scatter")
+        return self._issued(opts, output_tensors, self._inner._reduce_scatter, output,
+                            _list(input_tensors, "reduce_scatter"), to_hpc_op(opts.reduceOp))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce one tensor over the group and give each rank its block."""
-        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp), True)
-        return self._started(work, [output], opts, "reduce_scatter_tensor")
+        return self._issued(opts, [output], self._inner._reduce_scatter_tensor, as_view(output), as_view(input),
+                            to_hpc_op(opts.reduceOp))
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -244,21 +235,20 @@ class ProcessGroupHPC(dist.ProcessGroup):
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = _ALLTOALL) -> TorchWork:
         """Exchange blocks of one tensor (split along dim 0) with every rank."""
-        work = self._inner._all_to_all_single(as_view(output), as_view(input), output_split_sizes, input_split_sizes,
-                                              True)
-        return self._started(work, [output], opts, "all_to_all_single")
+        return self._issued(opts, [output], self._inner._all_to_all_single, as_view(output), as_view(input),
+                            output_split_sizes, input_split_sizes)
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts: Any = _ALLTOALL) -> TorchWork:
         """Send ``input_tensors[i]`` to rank i and receive ``output_tensors[i]`` from it."""
-        work = self._inner._all_to_all(as_views(output_tensors), as_views(input_tensors), True)
-        return self._started(work, output_tensors, opts, "alltoall")
+        return self._issued(opts, output_tensors, self._inner._all_to_all, as_views(output_tensors),
+                            as_views(input_tensors))
 
     def barrier(self, opts: Any = _BARRIER) -> TorchWork:
         """Wait until every rank of the group arrives."""
-        return self._started(self._inner._barrier(True), [], opts, "barrier")
+        return self._issued(opts, [], self._inner._barrier)
 
     # ---- point to point (always nonblocking, as torch's backends are) -------------------------
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> TorchWork:  # noqa: N803 - torch's names
@@ -304,6 +294,29 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """How long a CPU operation may wait: the options' timeout, else the group's."""
         return opts.timeout if opts.timeout >= _NO_TIME else self._inner._timeout
 
+    def _issued(self, opts: Any, outputs: list, operation: Callable[..., Any], *args: Any) -> TorchWork:
+        """Run one of the shared group's operations, blocking or not as ``opts`` say, and return torch's handle.
+
+        A blocking CPU call waits inside the operation (``_finish_within``); a blocking GPU call
+        orders the caller's stream after it, without a host wait, as torch's NCCL does.
+        """
+        self._opts = opts
+        work = operation(*args, opts.asyncOp)
+        return self._finished_work(outputs) if work is None else self._pending(work, outputs, opts)
+
+    def _pending(self, work: Work, outputs: list, opts: Any) -> TorchWork:
+        """torch's handle for an operation started nonblocking (its wait bounded by the options' or
+        the group's timeout on MPI; GPU work orders the caller's stream)."""
+        return TorchWork(work, outputs, partial(self._limit, opts) if work._mpi_requests else None)
+
+    def _finish_within(self, request: Any) -> None:
+        """The CPU transport's wait for a blocking call's request: at most the call's timeout (the
+        options', else the group's), then torch's DistBackendError naming the operation, as gloo."""
+        if request.Test() or spin(request.Test):
+            return
+        flight = flight_recorder.current()  # this thread is inside the group's operation
+        wait_within(Work([request]), self._limit(self._opts), flight.describe() if flight is not None else "operation")
+
     def _started(self, work: Work, outputs: list, opts: Any, name: str) -> TorchWork:
         """torch's handle for an operation started nonblocking.
 
@@ -314,7 +327,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         The timeout is read only for a wait that outlasts a short spin (reading it costs ~1 us).
         """
         if opts.asyncOp:
-            return TorchWork(work, outputs, partial(self._limit, opts) if work._mpi_requests else None)
+            return self._pending(work, outputs, opts)
         if not work._mpi_requests:
             work.wait()
         elif not work._spin():
