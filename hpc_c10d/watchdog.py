@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .nccl.backend import NCCLBackend
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
-           "stop", "raise_in"]
+           "stop", "explain", "raise_in"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -202,8 +202,8 @@ class Watchdog:
             key = (flight.thread, flight.op, flight.group, flight.seq)
             first = seen[key] = self._seen.get(key, now)
             owner = flight.pg if flight.pg is not None else default
-            if owner is None or key in self._fired:
-                continue
+            if owner is None or key in self._fired or owner._finish_within is not None:
+                continue  # a group whose blocking calls end within their timeout polices its own waits
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
@@ -224,7 +224,7 @@ class Watchdog:
     def dump(self, reason: str) -> str | None:
         outcome = self._roll.outcome if self._roll is not None else None
         extra = {"roll_call": outcome} if outcome is not None else None
-        return flight_recorder.dump(reason, self.directory, skip=threading.get_ident(), run_id=self.run_id,
+        return flight_recorder.dump(reason, self.directory, skip=self._thread.ident, run_id=self.run_id,
                                     extra=extra)
 
     def raise_alarm(self, reason: str) -> None:
@@ -287,6 +287,19 @@ class Watchdog:
             _abort_job(self._MPI)
         elif self.policy == "raise":
             raise_error(message)
+
+
+def explain(reason: str) -> str | None:
+    """Raise the alarm for ``reason`` (every rank that can dumps; the roll call names those that
+    cannot) and return the report of who is where, or None when no watchdog runs. For a caller
+    that found an operation past its timeout itself (backend "hpc" under torch)."""
+    watchdog = _watchdog
+    if watchdog is None:
+        return None
+    watchdog.raise_alarm(reason)
+    from .trace_report import summarize  # late: only needed when something went wrong
+
+    return summarize(flight_recorder.dumps_of(watchdog.directory, watchdog.run_id))
 
 
 def raise_in(thread: int, message: str, kind: type[Exception] = DistBackendError) -> None:

@@ -24,7 +24,7 @@ from torch._C._distributed_c10d import (
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
 from .. import flight_recorder
-from ..lifecycle import instrument
+from ..lifecycle import adopt, disown, instrument
 from ..work import Work, combine_works, spin
 from ._ops import as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
@@ -90,6 +90,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
                    mismatch=dist.DistBackendError)
         self._is_world = not global_ranks
+        adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
         self._finished = TorchWork(None, [])  # see _finished_work
 
     # ---- identity (torch's functional collectives look groups up by name) ----------------------
@@ -142,7 +143,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
             return self._all_reduce_sparse(tensor, opts)
         self._opts = opts  # _issued, inlined: the hot path
         work = self._inner._all_reduce(tensor, to_hpc_op(opts.reduceOp), opts.asyncOp)
-        return self._finished_work(tensors) if work is None else self._pending(work, tensors, opts)
+        return self._finished_work(tensors) if work is None else self._pending(work, tensors, opts, "all_reduce")
 
     def _all_reduce_sparse(self, tensor: torch.Tensor, opts: Any) -> TorchWork:
         if opts.reduceOp.op != _SUM:
@@ -268,6 +269,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """Free the group's communicator, and for the default group the rendezvous store
         (``destroy_process_group`` calls this)."""
         if self._inner._comm is not None:
+            disown(self._inner)
             self._inner._destroy()
             if self._is_world:
                 close_stores()
@@ -302,12 +304,26 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """
         self._opts = opts
         work = operation(*args, opts.asyncOp)
-        return self._finished_work(outputs) if work is None else self._pending(work, outputs, opts)
+        if work is None:
+            return self._finished_work(outputs)
+        return self._pending(work, outputs, opts, operation.__name__.lstrip("_"))
 
-    def _pending(self, work: Work, outputs: list, opts: Any) -> TorchWork:
+    def _pending(self, work: Work, outputs: list, opts: Any, op: str) -> TorchWork:
         """torch's handle for an operation started nonblocking (its wait bounded by the options' or
         the group's timeout on MPI; GPU work orders the caller's stream)."""
-        return TorchWork(work, outputs, partial(self._limit, opts) if work._mpi_requests else None)
+        if not work._mpi_requests:
+            return TorchWork(work, outputs)
+        return TorchWork(work, outputs, partial(self._limit, opts),
+                         partial(self._describe, op, self._inner._seq, outputs))
+
+    def _describe(self, op: str, seq: int, outputs: list) -> str:
+        """The operation as the flight recorder says it (``all_reduce seq 3 of group 0 float32[4]``),
+        with the first output's dtype and shape."""
+        first = outputs[0] if outputs else None
+        first = first[0] if isinstance(first, list) and first else first
+        shape, dtype = (list(first.shape), str(first.dtype).removeprefix("torch.")) if isinstance(
+            first, torch.Tensor) else (None, None)
+        return flight_recorder.InFlight(0, op, self._inner._name, None, None, seq, shape, dtype).describe()
 
     def _finish_within(self, request: Any) -> None:
         """The CPU transport's wait for a blocking call's request: at most the call's timeout (the
@@ -327,7 +343,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         The timeout is read only for a wait that outlasts a short spin (reading it costs ~1 us).
         """
         if opts.asyncOp:
-            return self._pending(work, outputs, opts)
+            return self._pending(work, outputs, opts, name)
         if not work._mpi_requests:
             work.wait()
         elif not work._spin():
