@@ -143,21 +143,22 @@ def init_process_group(
     _start_watchdog(MPI, world)
 
 
-def _start_watchdog(MPI: Any, world: Any) -> None:
+def _start_watchdog(MPI: Any, world: Any, explains: bool = False) -> None:
     """Name the run (the same on every rank) and start the watchdog (collective over ``world``)."""
     run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
-    watchdog.start(MPI, run_id)
+    watchdog.start(MPI, run_id, explains)
 
 
 def adopt(pg: ProcessGroup, world: bool) -> None:
     """Count a group another owner made (backend "hpc" under torch) among this process's groups, so
     the watchdog and the dumps see it. A ``world`` adopted while hpc_c10d has no default group of its
-    own becomes that group, and starts the watchdog (collective over it)."""
+    own becomes that group, and starts the watchdog (collective over it), which then explains the
+    adopted groups' timeouts (``watchdog.explain``)."""
     _world.groups.append(pg)
     if world and _world.default_pg is None:
         _world.default_pg, _world.group_count = pg, 1
         logs.configure()
-        _start_watchdog(bootstrap.initialize(), pg.comm)
+        _start_watchdog(bootstrap.initialize(), pg.comm, explains=True)
 
 
 def disown(pg: ProcessGroup) -> None:

@@ -153,6 +153,7 @@ class Watchdog:
         self._seen: dict[tuple, float] = {}
         self._fired: set[tuple] = set()
         self._answered = False  # dumped for another rank's alarm already
+        self.explains = False  # whether explain() raises the alarm (see start)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="hpc_c10d-watchdog", daemon=True)
 
@@ -291,10 +292,10 @@ class Watchdog:
 
 def explain(reason: str) -> str | None:
     """Raise the alarm for ``reason`` (every rank that can dumps; the roll call names those that
-    cannot) and return the report of who is where, or None when no watchdog runs. For a caller
-    that found an operation past its timeout itself (backend "hpc" under torch)."""
+    cannot) and return the report of who is where; None unless a watchdog started for torch's
+    groups runs. For a caller that found an operation past its timeout itself (backend "hpc")."""
     watchdog = _watchdog
-    if watchdog is None:
+    if watchdog is None or not watchdog.explains:
         return None
     watchdog.raise_alarm(reason)
     from .trace_report import summarize  # late: only needed when something went wrong
@@ -341,8 +342,9 @@ def _interactive() -> bool:
     return bool(sys.flags.interactive) or hasattr(sys, "ps1")
 
 
-def start(MPI: Any, run_id: str) -> None:
-    """Start the watchdog, the exception hook and the SIGUSR2 dump (``init_process_group``)."""
+def start(MPI: Any, run_id: str, explains: bool = False) -> None:
+    """Start the watchdog, the exception hook and the SIGUSR2 dump (``init_process_group``);
+    ``explains``: ``explain`` answers (torch's default group on backend "hpc" started it)."""
     global _watchdog, _previous_hook, _owns_wakeup
     policy = policy_from_env()
     abort_on_exception = os.environ.get(EXCEPTION_ENV, "1").strip() not in ("0", "false", "no", "off")
@@ -358,6 +360,7 @@ def start(MPI: Any, run_id: str) -> None:
     if policy == "off":
         return
     _watchdog = Watchdog(MPI, policy, run_id, flight_recorder.trace_dir(), roll)
+    _watchdog.explains = explains
     _watchdog.start()
     if abort_on_exception and not _interactive() and default_group()._size > 1:
         _previous_hook, sys.excepthook = sys.excepthook, _excepthook

@@ -96,7 +96,9 @@ class MPIBackend(Transport):
         if self.finish_within is None:
             blocking(*args)
         else:
-            self.finish_within(nonblocking(*args))
+            request = nonblocking(*args)
+            if not request.Test():
+                self.finish_within(request)
 
     def _reduction(self, buf, op, name):
         """(Reduction, PREMUL_SUM factor or None, what averages the result afterwards or None)."""
@@ -120,7 +122,9 @@ class MPIBackend(Transport):
                     if self.finish_within is None:
                         self._comm.Allreduce(_IN_PLACE, recv, red.op)
                     else:
-                        self.finish_within(self._comm.Iallreduce(_IN_PLACE, recv, red.op))
+                        request = self._comm.Iallreduce(_IN_PLACE, recv, red.op)
+                        if not request.Test():  # most small ones are done at once: no call then
+                            self.finish_within(request)
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
@@ -138,7 +142,9 @@ class MPIBackend(Transport):
             if self.finish_within is None:
                 self._comm.Bcast(data, root)
             else:
-                self.finish_within(self._comm.Ibcast(data, root))
+                request = self._comm.Ibcast(data, root)
+                if not request.Test():  # most small ones are done at once: no call then
+                    self.finish_within(request)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         return None
@@ -155,7 +161,9 @@ class MPIBackend(Transport):
                     if self.finish_within is None:
                         self._comm.Reduce(*call)
                     else:
-                        self.finish_within(self._comm.Ireduce(*call))
+                        request = self._comm.Ireduce(*call)
+                        if not request.Test():  # most small ones are done at once: no call then
+                            self.finish_within(request)
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None

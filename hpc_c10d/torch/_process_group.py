@@ -141,9 +141,13 @@ class ProcessGroupHPC(dist.ProcessGroup):
         tensor = as_view(tensors[0]) if len(tensors) == 1 else _tensor(tensors, "allreduce")  # _tensor, inlined
         if type(tensor) is not np.ndarray and tensor.is_sparse:
             return self._all_reduce_sparse(tensor, opts)
-        self._opts = opts  # _issued, inlined: the hot path
+        self._opts = opts  # _issued and _finished_work, inlined: the hot path
         work = self._inner._all_reduce(tensor, to_hpc_op(opts.reduceOp), opts.asyncOp)
-        return self._finished_work(tensors) if work is None else self._pending(work, tensors, opts, "all_reduce")
+        if work is not None:
+            return self._pending(work, tensors, opts, "all_reduce")
+        finished = self._finished
+        finished._outputs = tensors
+        return finished
 
     def _all_reduce_sparse(self, tensor: torch.Tensor, opts: Any) -> TorchWork:
         if opts.reduceOp.op != _SUM:
