@@ -2,9 +2,10 @@
 
 torch (and its C++ callers: DDP's reducer, functional collectives, DTensor) call the methods
 below with lists of tensors and an options struct. Each unpacks them and enters hpc_c10d's
-validating ``ProcessGroup`` methods, which adapt tensors to numpy views (bfloat16 included),
-raise torch's errors before any communication and pick the transport by device. One case skips
-that layer: an all-reduce of one contiguous CPU tensor with a plain op goes straight to mpi4py.
+validating ``ProcessGroup`` methods, the numpy API's own path (its hot paths, sequence numbers,
+flight recorder and DETAIL checks included), which take numpy views of the tensors (bfloat16
+included), raise torch's errors before any communication and pick the transport by device. A
+blocking CPU call waits inside that path, at most its timeout (``_finish_within``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from torch._C._distributed_c10d import (
     BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions,
 )
 
+from .. import flight_recorder
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
-from .. import flight_recorder
 from ..lifecycle import adopt, disown, instrument
 from ..work import Work, combine_works, spin
 from ._ops import as_view, as_views, to_hpc_op
@@ -338,13 +339,13 @@ class ProcessGroupHPC(dist.ProcessGroup):
         wait_within(Work([request]), self._limit(self._opts), flight.describe() if flight is not None else "operation")
 
     def _started(self, work: Work, outputs: list, opts: Any, name: str) -> TorchWork:
-        """torch's handle for an operation started nonblocking.
+        """torch's handle for coalesced operations, all started nonblocking.
 
         On MPI (CPU tensors) a blocking call waits here, at most the options' timeout or else the
-        group's, then raises DistBackendError ("Timed out"), as torch's gloo does (a blocking MPI
-        call could not be left); the group may be unusable after. On the GPU a blocking call
-        orders the caller's stream after the operation, without a host wait, as torch's NCCL does.
-        The timeout is read only for a wait that outlasts a short spin (reading it costs ~1 us).
+        group's, then raises DistBackendError ("Timed out"), as torch's gloo does; the group may be
+        unusable after. On the GPU a blocking call orders the caller's stream after the operations,
+        without a host wait, as torch's NCCL does. The timeout is read only for a wait that
+        outlasts a short spin (reading it costs ~1 us).
         """
         if opts.asyncOp:
             return self._pending(work, outputs, opts, name)
