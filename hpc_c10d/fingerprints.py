@@ -122,15 +122,16 @@ class _Checker:
 
     _MAX_CODES = 4096  # distinct fingerprints remembered (the cache is dropped when full)
 
-    def __init__(self, pg: ProcessGroup) -> None:
+    def __init__(self, pg: ProcessGroup, error: type[Exception]) -> None:
         self.pg = pg
+        self.error = error
         self.comm = pg.comm.Dup()
         self._codes: dict[tuple, int] = {}
         self._mine = np.zeros(2, np.int64)  # [checksum of the static part, sequence number]
         self._all = np.zeros(2 * pg.size(), np.int64)
 
     def check(self, layout: _Layout, device: str, args: tuple) -> None:
-        """Raise DistError on every member unless all members hold the same fingerprint."""
+        """Raise ``self.error`` on every member unless all members hold the same fingerprint."""
         static = _static_part(layout, device, args)
         code = self._codes.get(static)
         if code is None:
@@ -142,7 +143,7 @@ class _Checker:
         self.comm.Allgather(mine, self._all)
         if self._all.tobytes() != mine.tobytes() * self.pg._size:
             prints = self.comm.allgather(_readable(static, self.pg._seq))  # only on a mismatch
-            raise DistError(_mismatch_message(self.pg, prints))
+            raise self.error(_mismatch_message(self.pg, prints))
 
     def refuse(self, op: str, error: Exception) -> None:
         """Tell the members, in the exchange their fingerprints go through, that this rank refused
@@ -199,11 +200,12 @@ class _Checked(TransportWrapper):
         self._checker.close()
 
 
-def enable_checks(pg: ProcessGroup) -> None:
-    """At debug level DETAIL, fingerprint-check every collective of ``pg`` (collective call)."""
-    if debug.get_debug_level() < debug.DebugLevel.DETAIL:
+def enable_checks(pg: ProcessGroup, detail: bool = False, error: type[Exception] = DistError) -> None:
+    """At debug level DETAIL (or with ``detail``), fingerprint-check every collective of ``pg``,
+    raising ``error`` on a mismatch (collective call)."""
+    if not detail and debug.get_debug_level() < debug.DebugLevel.DETAIL:
         return
-    checker = _Checker(pg)
+    checker = _Checker(pg, error)
     pg._wrap_transports(lambda transport: _Checked(transport, checker))
     for name, op in _VALIDATING.items():  # instance attributes, in front of the class's methods
         setattr(pg, name, _joining(pg, getattr(pg, name), op, checker))

@@ -128,17 +128,20 @@ def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
 
 
 def _innermost(thread: int, frame: Any) -> InFlight | None:
-    """The innermost hpc_c10d operation on the stack that ends in ``frame``, if any."""
-    codes, depth = _tracked_codes(), 0
+    """The innermost hpc_c10d operation on the stack that ends in ``frame``, if any (a group's
+    operation rather than the ``Work.wait`` it makes, for one that waits inside: backend "hpc")."""
+    codes, depth, wait = _tracked_codes(), 0, None
     while frame is not None and depth < 64:
         op = codes.get(frame.f_code)
-        if op is not None:
+        if op == "wait":
+            wait = wait or frame
+        elif op is not None:
             return _from_frame(thread, frame, op)
         name = _untimed.get(frame.f_code)
         if name is not None:
             return _untimed_flight(thread, name)
         frame, depth = frame.f_back, depth + 1
-    return None
+    return None if wait is None else _from_frame(thread, wait, "wait")
 
 
 def in_flight(skip: int | None = None) -> list[InFlight]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import fingerprints, flight_recorder, jobenv, logs, threads, watchdog
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
+from .errors import DistError
 from .mpi import bootstrap
 from .mpi.progress import progress
 from .process_group import ProcessGroup
@@ -143,13 +144,40 @@ def init_process_group(
     except BaseException:
         destroy_process_group()
         raise
+    _start_watchdog(MPI, world)
+
+
+def _start_watchdog(MPI: Any, world: Any, explains: bool = False) -> None:
+    """Name the run (the same on every rank) and start the watchdog (collective over ``world``)."""
     run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
-    watchdog.start(MPI, run_id)
+    watchdog.start(MPI, run_id, explains)
 
 
-def instrument(pg: ProcessGroup) -> None:
-    """Put the debug aids the settings ask for around a new group's transports (collective call)."""
-    fingerprints.enable_checks(pg)
+def adopt(pg: ProcessGroup, world: bool) -> None:
+    """Count a group another owner made (backend "hpc" under torch) among this process's groups, so
+    the watchdog and the dumps see it. A ``world`` adopted while hpc_c10d has no default group of its
+    own becomes that group, and starts the watchdog (collective over it), which then explains the
+    adopted groups' timeouts (``watchdog.explain``)."""
+    _world.groups.append(pg)
+    if world and _world.default_pg is None:
+        _world.default_pg, _world.group_count = pg, 1
+        logs.configure()
+        _start_watchdog(bootstrap.initialize(), pg.comm, explains=True)
+
+
+def disown(pg: ProcessGroup) -> None:
+    """Undo ``adopt`` as the group goes (for the default group: the watchdog stops)."""
+    if pg in _world.groups:
+        _world.groups.remove(pg)
+    if _world.default_pg is pg:
+        watchdog.stop()
+        _world.reset()
+
+
+def instrument(pg: ProcessGroup, detail: bool = False, mismatch: type[Exception] = DistError) -> None:
+    """Put the debug aids the settings ask for around a new group's transports (collective call):
+    fingerprint checks at DETAIL (or with ``detail``) raising ``mismatch``, and the flight recorder."""
+    fingerprints.enable_checks(pg, detail, mismatch)
     flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 

@@ -96,6 +96,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         backend_name: str,
         timeout: timedelta,
         desc: str = "undefined",
+        finish_within: Callable[[Any], None] | None = None,
     ) -> None:
         self._comm = comm
         self._rank = comm.Get_rank()
@@ -113,6 +114,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._p2p_seq = 0  # sends and receives started on this group
         self.bound_device_id: Any = None
         self._tag_ub = _tag_upper_bound(comm)
+        self._finish_within = finish_within  # for the CPU transport's blocking calls (Transport.finish_within)
         self._cpu = self._transport_for_device("cpu") if "cpu" in config.device_backend_map else None
 
     # ---- identity -------------------------------------------------------------------------
@@ -175,6 +177,8 @@ class ProcessGroup(TorchProcessGroupAPI):
                 raise RuntimeError(f"no backend for device type {device!r} in group {self._name!r} "
                                    f"(backend config: {self._config})")
             transport = transport_factory(backend)(self.comm, self._timeout)
+            if device == "cpu":
+                transport.finish_within = self._finish_within
             if self._wrap is not None:
                 transport = self._wrap(transport)
             self._transports[device] = transport

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from itertools import accumulate
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["Transport", "TransportWrapper", "displacements"]
 
@@ -25,6 +25,9 @@ class Transport(abc.ABC):
 
     #: device type this transport serves ("cpu", "cuda").
     device: str
+    #: None, or what a blocking call hands its nonblocking request to, to return once it completed
+    #: or raise (a group whose blocking calls must end within a timeout; honoured by MPI's transport).
+    finish_within: Callable[[Any], None] | None = None
 
     @abc.abstractmethod
     def adapt_input(self, x: Any, name: str) -> Any:

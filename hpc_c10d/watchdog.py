@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .nccl.backend import NCCLBackend
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
-           "stop", "raise_in"]
+           "stop", "explain", "raise_in"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -153,6 +153,7 @@ class Watchdog:
         self._seen: dict[tuple, float] = {}
         self._fired: set[tuple] = set()
         self._answered = False  # dumped for another rank's alarm already
+        self.explains = False  # whether explain() raises the alarm (see start)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="hpc_c10d-watchdog", daemon=True)
 
@@ -202,8 +203,8 @@ class Watchdog:
             key = (flight.thread, flight.op, flight.group, flight.seq)
             first = seen[key] = self._seen.get(key, now)
             owner = flight.pg if flight.pg is not None else default
-            if owner is None or not flight.timed or key in self._fired:
-                continue
+            if owner is None or not flight.timed or key in self._fired or owner._finish_within is not None:
+                continue  # untimed waits, and groups whose blocking calls end within their timeout, police themselves
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
@@ -224,7 +225,7 @@ class Watchdog:
     def dump(self, reason: str) -> str | None:
         outcome = self._roll.outcome if self._roll is not None else None
         extra = {"roll_call": outcome} if outcome is not None else None
-        return flight_recorder.dump(reason, self.directory, skip=threading.get_ident(), run_id=self.run_id,
+        return flight_recorder.dump(reason, self.directory, skip=self._thread.ident, run_id=self.run_id,
                                     extra=extra)
 
     def raise_alarm(self, reason: str) -> None:
@@ -289,6 +290,19 @@ class Watchdog:
             raise_error(message)
 
 
+def explain(reason: str) -> str | None:
+    """Raise the alarm for ``reason`` (every rank that can dumps; the roll call names those that
+    cannot) and return the report of who is where; None unless a watchdog started for torch's
+    groups runs. For a caller that found an operation past its timeout itself (backend "hpc")."""
+    watchdog = _watchdog
+    if watchdog is None or not watchdog.explains:
+        return None
+    watchdog.raise_alarm(reason)
+    from .trace_report import summarize  # late: only needed when something went wrong
+
+    return summarize(flight_recorder.dumps_of(watchdog.directory, watchdog.run_id))
+
+
 def raise_in(thread: int, message: str, kind: type[Exception] = DistBackendError) -> None:
     """Raise ``kind(message)`` in ``thread`` as soon as it runs Python again (a subclass named
     CollectiveTimeout for DistBackendError, else ``kind``'s name)."""
@@ -328,8 +342,9 @@ def _interactive() -> bool:
     return bool(sys.flags.interactive) or hasattr(sys, "ps1")
 
 
-def start(MPI: Any, run_id: str) -> None:
-    """Start the watchdog, the exception hook and the SIGUSR2 dump (``init_process_group``)."""
+def start(MPI: Any, run_id: str, explains: bool = False) -> None:
+    """Start the watchdog, the exception hook and the SIGUSR2 dump (``init_process_group``);
+    ``explains``: ``explain`` answers (torch's default group on backend "hpc" started it)."""
     global _watchdog, _previous_hook, _owns_wakeup
     policy = policy_from_env()
     abort_on_exception = os.environ.get(EXCEPTION_ENV, "1").strip() not in ("0", "false", "no", "off")
@@ -345,6 +360,7 @@ def start(MPI: Any, run_id: str) -> None:
     if policy == "off":
         return
     _watchdog = Watchdog(MPI, policy, run_id, flight_recorder.trace_dir(), roll)
+    _watchdog.explains = explains
     _watchdog.start()
     if abort_on_exception and not _interactive() and default_group()._size > 1:
         _previous_hook, sys.excepthook = sys.excepthook, _excepthook

@@ -74,7 +74,8 @@ def _job(names, ranks, gate, group, work_dir, test_timeout, deadline):
             os.unlink(os.path.join(temp, sub, entry))
     cmd = ["timeout", str(max(1, int(deadline - time.monotonic()))), *_launch.mpiexec_command(ranks),
            sys.executable, WORKER, names_file, results_file, group]
-    env = _launch.fresh_env(BACKEND=gate, TEMP_DIR=temp, HPC_C10D_TIMEOUT_POLICY="raise")
+    env = _launch.fresh_env(BACKEND=gate, TEMP_DIR=temp, HPC_C10D_TIMEOUT_POLICY="raise",
+                            HPC_C10D_TRACE_DIR=os.path.join(work_dir, "traces"))  # a timed-out test's dumps
     log = open(os.path.join(work_dir, "job.log"), "a")
     job = subprocess.Popen(cmd, env=env, cwd=_launch.ROOT, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)

@@ -83,12 +83,22 @@ class MPIBackend(Transport):
         try:  # free in CPython 3.11+ while nothing raises
             if async_op:
                 return Work([nonblocking(*args)], user, finish, keep)
-            blocking(*args)
+            self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         if finish is not None:
             finish()
         return None
+
+    def _block(self, blocking, nonblocking, args):
+        """Run a blocking collective: MPI's, or the nonblocking one handed to ``finish_within`` (set
+        for backend "hpc" under torch, whose blocking calls end within a timeout; hot paths inline this)."""
+        if self.finish_within is None:
+            blocking(*args)
+        else:
+            request = nonblocking(*args)
+            if not request.Test():
+                self.finish_within(request)
 
     def _reduction(self, buf, op, name):
         """(Reduction, PREMUL_SUM factor or None, what averages the result afterwards or None)."""
@@ -109,7 +119,12 @@ class MPIBackend(Transport):
                 try:
                     if async_op:
                         return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
-                    self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                    if self.finish_within is None:
+                        self._comm.Allreduce(_IN_PLACE, recv, red.op)
+                    else:
+                        request = self._comm.Iallreduce(_IN_PLACE, recv, red.op)
+                        if not request.Test():  # most small ones are done at once: no call then
+                            self.finish_within(request)
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
@@ -124,7 +139,12 @@ class MPIBackend(Transport):
         try:  # _issue, inlined: the hot path
             if async_op:
                 return Work([self._comm.Ibcast(data, root)], [user], None, buf)
-            self._comm.Bcast(data, root)
+            if self.finish_within is None:
+                self._comm.Bcast(data, root)
+            else:
+                request = self._comm.Ibcast(data, root)
+                if not request.Test():  # most small ones are done at once: no call then
+                    self.finish_within(request)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         return None
@@ -138,7 +158,12 @@ class MPIBackend(Transport):
                 try:
                     if async_op:
                         return Work([self._comm.Ireduce(*call)], [user], None, buf)
-                    self._comm.Reduce(*call)
+                    if self.finish_within is None:
+                        self._comm.Reduce(*call)
+                    else:
+                        request = self._comm.Ireduce(*call)
+                        if not request.Test():  # most small ones are done at once: no call then
+                            self.finish_within(request)
                 except MPI.Exception as exc:
                     raise mpi_failure(exc) from exc
                 return None
@@ -168,7 +193,7 @@ class MPIBackend(Transport):
         try:
             if async_op:
                 return Work([nonblocking(*args)], user, partial(staging.release, outs), keep)
-            blocking(*args)
+            self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc) from exc
         staging.release(outs)

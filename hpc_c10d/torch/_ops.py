@@ -10,10 +10,9 @@ import torch.distributed as dist
 from mpi4py import MPI
 
 from ..arrays import bfloat16
-from ..mpi.ops import Reduction, reduction
 from ..reduce_op import RedOpType, _make_nccl_premul_sum
 
-__all__ = ["to_hpc_op", "lean_reduction", "cpu_buffer", "as_view", "as_views", "dtype_code"]
+__all__ = ["to_hpc_op", "cpu_buffer", "as_view", "as_views", "dtype_code"]
 
 _TORCH_OPS = {getattr(dist.ReduceOp.RedOpType, op.name): op for op in RedOpType}
 
@@ -35,46 +34,26 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 
 _fromaddress = MPI.buffer.fromaddress
+# torch's ReduceOp hashes to its op type's value (its binding's __hash__): hash() costs less than
+# reading ``op.op`` or comparing with ``==`` (each a call into the binding that makes an object)
+_BY_HASH = {kind.value: op for kind, op in _TORCH_OPS.items()}
 
 
 def to_hpc_op(op: Any) -> Any:
     """Return hpc_c10d's op for a torch ``ReduceOp`` (PREMUL_SUM keeps its factor)."""
-    kind = _TORCH_OPS[op.op]
+    kind = _BY_HASH[hash(op)]
     if kind is RedOpType.PREMUL_SUM:  # torch < 2.13 has no ``factor``: its pickled state holds it
         return _make_nccl_premul_sum(op.factor if hasattr(op, "factor") else op.__getstate__()[1])
     return kind
 
 
-_SUM = dist.ReduceOp.SUM
-_KINDS = list(dist.ReduceOp.RedOpType.__members__.values())  # indexed by the op type's value
-# torch dtype -> (op type value -> the MPI reduction, or None where the general path must serve:
-# AVG and PREMUL_SUM need a second step, complex tensors a view, bad pairs its error message).
-_lean: dict[torch.dtype, list[Reduction | None]] = {}
-
-
-def _build_lean(op_type: Any, dtype: torch.dtype) -> Reduction | None:
-    kind = _TORCH_OPS[op_type]
-    np_dtype = _NUMPY_DTYPES.get(dtype)
-    if np_dtype is None or np_dtype.kind == "c" or kind in (RedOpType.AVG, RedOpType.PREMUL_SUM):
-        return None
-    try:
-        return reduction(kind, np_dtype, "all_reduce")
-    except (TypeError, ValueError):
-        return None
-
-
-def lean_reduction(op: Any, dtype: torch.dtype) -> Reduction | None:
-    """Return the cached MPI datatype and op that reduce ``dtype`` with torch ``ReduceOp`` ``op``
-    in one MPI call, or None. SUM, by far the most common, is recognised without ``op.op``."""
-    row = _lean.get(dtype)
-    if row is None:
-        row = _lean[dtype] = [_build_lean(kind, dtype) for kind in _KINDS]
-    return row[0 if op == _SUM else op.op.value]
-
-
 def cpu_buffer(tensor: torch.Tensor) -> Any:
     """Return a writable MPI buffer over a contiguous CPU tensor's bytes (no copy, no numpy)."""
     return _fromaddress(tensor.data_ptr(), tensor.nbytes)
+
+
+_views: dict[tuple, np.ndarray] = {}
+_MAX_VIEWS = 4096  # views remembered (the cache is dropped when full)
 
 
 def as_view(tensor: Any) -> Any:
@@ -83,8 +62,16 @@ def as_view(tensor: Any) -> Any:
     Not ``tensor.numpy()``: that marks the storage as not resizable, and FSDP frees its
     unsharded parameters by resizing their storage to zero. Tensors left unchanged (on another
     device, non-contiguous, with a lazy conj/neg bit, of a dtype outside the table) get
-    hpc_c10d's own handling and errors.
+    hpc_c10d's own handling and errors. A view owns nothing, so the one made for an address,
+    dtype and shape serves every tensor that has them (kept: making one costs ~1 us).
     """
+    try:
+        key = (tensor.data_ptr(), tensor.dtype, tensor.shape)
+    except RuntimeError:  # no storage (a sparse tensor)
+        return tensor
+    view = _views.get(key)
+    if view is not None and tensor.is_contiguous() and tensor.is_cpu:
+        return view
     np_dtype = _NUMPY_DTYPES.get(tensor.dtype)
     if np_dtype is None or not tensor.is_cpu or not tensor.is_contiguous():
         return tensor
@@ -92,7 +79,12 @@ def as_view(tensor: Any) -> Any:
         return tensor
     if tensor.numel() == 0:
         return np.empty(tensor.shape, np_dtype)
-    return np.frombuffer(cpu_buffer(tensor), np_dtype).reshape(tensor.shape)
+    view = np.frombuffer(cpu_buffer(tensor), np_dtype).reshape(tensor.shape)
+    if np_dtype.kind != "c":  # a conj/neg tensor shares address, dtype and shape with its base
+        if len(_views) >= _MAX_VIEWS:
+            _views.clear()
+        _views[key] = view
+    return view
 
 
 def as_views(tensors: Any) -> list:

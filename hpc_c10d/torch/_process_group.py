@@ -2,29 +2,32 @@
 
 torch (and its C++ callers: DDP's reducer, functional collectives, DTensor) call the methods
 below with lists of tensors and an options struct. Each unpacks them and enters hpc_c10d's
-validating ``ProcessGroup`` methods, which adapt tensors to numpy views (bfloat16 included),
-raise torch's errors before any communication and pick the transport by device. One case skips
-that layer: an all-reduce of one contiguous CPU tensor with a plain op goes straight to mpi4py.
+validating ``ProcessGroup`` methods, the numpy API's own path (its hot paths, sequence numbers,
+flight recorder and DETAIL checks included), which take numpy views of the tensors (bfloat16
+included), raise torch's errors before any communication and pick the transport by device. A
+blocking CPU call waits inside that path, at most its timeout (``_finish_within``).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
-from mpi4py import MPI
 from torch._C._distributed_c10d import (
     AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions, BarrierOptions,
     BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions,
 )
 
+from .. import flight_recorder
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
+from ..lifecycle import adopt, disown, instrument
 from ..work import Work, combine_works, spin
-from ._ops import as_view, as_views, cpu_buffer, lean_reduction, to_hpc_op
+from ._ops import as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import close_stores
 from ._sparse import all_reduce_sparse
@@ -32,7 +35,6 @@ from ._work import TorchWork, wait_within
 
 __all__ = ["ProcessGroupHPC"]
 
-_IN_PLACE = MPI.IN_PLACE
 _NO_TIME = timedelta(0)  # torch's options carry -1 ms for "the group's timeout"
 _SUM = dist.ReduceOp.RedOpType.SUM
 # Defaults for callers that pass no options; never mutated here.
@@ -83,8 +85,13 @@ class ProcessGroupHPC(dist.ProcessGroup):
         super().__init__(comm.Get_rank(), comm.Get_size())
         ranks = list(global_ranks) or list(range(comm.Get_size()))
         self._comm = comm
-        self._inner = _HPCGroup(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout)
+        self._opts: Any = _BARRIER  # the options of the latest call (a blocking one's timeout is read from them)
+        self._inner = _HPCGroup(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout,
+                                finish_within=self._finish_within)
+        instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
+                   mismatch=dist.DistBackendError)
         self._is_world = not global_ranks
+        adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
         self._finished = TorchWork(None, [])  # see _finished_work
 
     # ---- identity (torch's functional collectives look groups up by name) ----------------------
@@ -132,21 +139,16 @@ class ProcessGroupHPC(dist.ProcessGroup):
     # ---- collectives -----------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = _ALLREDUCE) -> TorchWork:
         """All-reduce one tensor in place."""
-        if len(tensors) == 1:
-            tensor = tensors[0]
-            red = lean_reduction(opts.reduceOp, tensor.dtype)
-            if red is not None and tensor.is_cpu and not tensor.is_sparse and tensor.is_contiguous():
-                request = self._comm.Iallreduce(_IN_PLACE, (cpu_buffer(tensor), red.datatype), red.op)
-                if opts.asyncOp:
-                    return self._started(Work([request], tensors, None, tensor), tensors, opts, "allreduce")
-                # a small one is mostly done at once or within microseconds: no Work to make then
-                if not (request.Test() or spin(request.Test)):
-                    self._wait_bounded(Work([request], tensors, None, tensor), opts, "allreduce")
-                return self._finished_work(tensors)
-            if tensor.is_sparse:
-                return self._all_reduce_sparse(tensor, opts)
-        work = self._inner._all_reduce(_tensor(tensors, "allreduce"), to_hpc_op(opts.reduceOp), True)
-        return self._started(work, tensors, opts, "allreduce")
+        tensor = as_view(tensors[0]) if len(tensors) == 1 else _tensor(tensors, "allreduce")  # _tensor, inlined
+        if type(tensor) is not np.ndarray and tensor.is_sparse:
+            return self._all_reduce_sparse(tensor, opts)
+        self._opts = opts  # _issued and _finished_work, inlined: the hot path
+        work = self._inner._all_reduce(tensor, to_hpc_op(opts.reduceOp), opts.asyncOp)
+        if work is not None:
+            return self._pending(work, tensors, opts, "all_reduce")
+        finished = self._finished
+        finished._outputs = tensors
+        return finished
 
     def _all_reduce_sparse(self, tensor: torch.Tensor, opts: Any) -> TorchWork:
         if opts.reduceOp.op != _SUM:
@@ -162,22 +164,19 @@ class ProcessGroupHPC(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = _BROADCAST) -> TorchWork:
         """Broadcast one tensor from group rank ``opts.rootRank``."""
-        root = _root_tensor(opts, "broadcast")
-        work = self._inner._broadcast(_tensor(tensors, "broadcast"), root, True)
-        return self._started(work, tensors, opts, "broadcast")
+        return self._issued(opts, tensors, self._inner._broadcast, _tensor(tensors, "broadcast"),
+                            _root_tensor(opts, "broadcast"))
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = _REDUCE) -> TorchWork:
         """Reduce one tensor onto group rank ``opts.rootRank``."""
-        root = _root_tensor(opts, "reduce")
-        work = self._inner._reduce(_tensor(tensors, "reduce"), root, to_hpc_op(opts.reduceOp), True)
-        return self._started(work, tensors, opts, "reduce")
+        return self._issued(opts, tensors, self._inner._reduce, _tensor(tensors, "reduce"),
+                            _root_tensor(opts, "reduce"), to_hpc_op(opts.reduceOp))
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into a list on every rank."""
-        outputs = _list(output_tensors, "allgather")
-        work = self._inner._all_gather(outputs, _tensor(input_tensors, "allgather"), True)
-        return self._started(work, output_tensors, opts, "allgather")
+        return self._issued(opts, output_tensors, self._inner._all_gather, _list(output_tensors, "allgather"),
+                            _tensor(input_tensors, "allgather"))
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                             opts: Any = _ALLGATHER) -> TorchWork:
@@ -187,8 +186,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into one output tensor (input may be this rank's block of it)."""
-        return self._started(self._inner._all_gather_into_tensor(as_view(output), as_view(input), True), [output],
-                             opts, "allgather_into_tensor")
+        return self._issued(opts, [output], self._inner._all_gather_into_tensor, as_view(output), as_view(input))
 
     all_gather_single = _allgather_base
 
@@ -205,29 +203,28 @@ class ProcessGroupHPC(dist.ProcessGroup):
                opts: Any = _GATHER) -> TorchWork:
         """Gather every rank's tensor into a list on group rank ``opts.rootRank``."""
         outputs = _list(output_tensors, "gather") if output_tensors else None
-        work = self._inner._gather(_tensor(input_tensors, "gather"), outputs, opts.rootRank, True)
-        return self._started(work, output_tensors, opts, "gather")
+        return self._issued(opts, output_tensors, self._inner._gather, _tensor(input_tensors, "gather"), outputs,
+                            opts.rootRank)
 
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = _SCATTER) -> TorchWork:
         """Scatter a list from group rank ``opts.rootRank``, one tensor per rank."""
         inputs = _list(input_tensors, "scatter") if input_tensors else None
-        work = self._inner._scatter(_tensor(output_tensors, "scatter"), inputs, opts.rootRank, True)
-        return self._started(work, output_tensors, opts, "scatter")
+        return self._issued(opts, output_tensors, self._inner._scatter, _tensor(output_tensors, "scatter"), inputs,
+                            opts.rootRank)
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce a list of tensors, one per rank, and give each rank its own."""
         output = _tensor(output_tensors, "reduce_scatter")
-        work = self._inner._reduce_scatter(output, _list(input_tensors, "reduce_scatter"),
-                                           to_hpc_op(opts.reduceOp), True)
-        return self._started(work, output_tensors, opts, "reduce_scatter")
+        return self._issued(opts, output_tensors, self._inner._reduce_scatter, output,
+                            _list(input_tensors, "reduce_scatter"), to_hpc_op(opts.reduceOp))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce one tensor over the group and give each rank its block."""
-        work = self._inner._reduce_scatter_tensor(as_view(output), as_view(input), to_hpc_op(opts.reduceOp), True)
-        return self._started(work, [output], opts, "reduce_scatter_tensor")
+        return self._issued(opts, [output], self._inner._reduce_scatter_tensor, as_view(output), as_view(input),
+                            to_hpc_op(opts.reduceOp))
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -244,21 +241,20 @@ class ProcessGroupHPC(dist.ProcessGroup):
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = _ALLTOALL) -> TorchWork:
         """Exchange blocks of one tensor (split along dim 0) with every rank."""
-        work = self._inner._all_to_all_single(as_view(output), as_view(input), output_split_sizes, input_split_sizes,
-                                              True)
-        return self._started(work, [output], opts, "all_to_all_single")
+        return self._issued(opts, [output], self._inner._all_to_all_single, as_view(output), as_view(input),
+                            output_split_sizes, input_split_sizes)
 
     all_to_all_single = alltoall_base
 
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts: Any = _ALLTOALL) -> TorchWork:
         """Send ``input_tensors[i]`` to rank i and receive ``output_tensors[i]`` from it."""
-        work = self._inner._all_to_all(as_views(output_tensors), as_views(input_tensors), True)
-        return self._started(work, output_tensors, opts, "alltoall")
+        return self._issued(opts, output_tensors, self._inner._all_to_all, as_views(output_tensors),
+                            as_views(input_tensors))
 
     def barrier(self, opts: Any = _BARRIER) -> TorchWork:
         """Wait until every rank of the group arrives."""
-        return self._started(self._inner._barrier(True), [], opts, "barrier")
+        return self._issued(opts, [], self._inner._barrier)
 
     # ---- point to point (always nonblocking, as torch's backends are) -------------------------
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> TorchWork:  # noqa: N803 - torch's names
@@ -278,6 +274,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """Free the group's communicator, and for the default group the rendezvous store
         (``destroy_process_group`` calls this)."""
         if self._inner._comm is not None:
+            disown(self._inner)
             self._inner._destroy()
             if self._is_world:
                 close_stores()
@@ -304,17 +301,54 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """How long a CPU operation may wait: the options' timeout, else the group's."""
         return opts.timeout if opts.timeout >= _NO_TIME else self._inner._timeout
 
+    def _issued(self, opts: Any, outputs: list, operation: Callable[..., Any], *args: Any) -> TorchWork:
+        """Run one of the shared group's operations, blocking or not as ``opts`` say, and return torch's handle.
+
+        A blocking CPU call waits inside the operation (``_finish_within``); a blocking GPU call
+        orders the caller's stream after it, without a host wait, as torch's NCCL does.
+        """
+        self._opts = opts
+        work = operation(*args, opts.asyncOp)
+        if work is None:
+            return self._finished_work(outputs)
+        return self._pending(work, outputs, opts, operation.__name__.lstrip("_"))
+
+    def _pending(self, work: Work, outputs: list, opts: Any, op: str) -> TorchWork:
+        """torch's handle for an operation started nonblocking (its wait bounded by the options' or
+        the group's timeout on MPI; GPU work orders the caller's stream)."""
+        if not work._mpi_requests:
+            return TorchWork(work, outputs)
+        return TorchWork(work, outputs, partial(self._limit, opts),
+                         partial(self._describe, op, self._inner._seq, outputs))
+
+    def _describe(self, op: str, seq: int, outputs: list) -> str:
+        """The operation as the flight recorder says it (``all_reduce seq 3 of group 0 float32[4]``),
+        with the first output's dtype and shape."""
+        first = outputs[0] if outputs else None
+        first = first[0] if isinstance(first, list) and first else first
+        shape, dtype = (list(first.shape), str(first.dtype).removeprefix("torch.")) if isinstance(
+            first, torch.Tensor) else (None, None)
+        return flight_recorder.InFlight(0, op, self._inner._name, None, None, seq, shape, dtype).describe()
+
+    def _finish_within(self, request: Any) -> None:
+        """The CPU transport's wait for a blocking call's request: at most the call's timeout (the
+        options', else the group's), then torch's DistBackendError naming the operation, as gloo."""
+        if request.Test() or spin(request.Test):
+            return
+        flight = flight_recorder.current()  # this thread is inside the group's operation
+        wait_within(Work([request]), self._limit(self._opts), flight.describe() if flight is not None else "operation")
+
     def _started(self, work: Work, outputs: list, opts: Any, name: str) -> TorchWork:
-        """torch's handle for an operation started nonblocking.
+        """torch's handle for coalesced operations, all started nonblocking.
 
         On MPI (CPU tensors) a blocking call waits here, at most the options' timeout or else the
-        group's, then raises DistBackendError ("Timed out"), as torch's gloo does (a blocking MPI
-        call could not be left); the group may be unusable after. On the GPU a blocking call
-        orders the caller's stream after the operation, without a host wait, as torch's NCCL does.
-        The timeout is read only for a wait that outlasts a short spin (reading it costs ~1 us).
+        group's, then raises DistBackendError ("Timed out"), as torch's gloo does; the group may be
+        unusable after. On the GPU a blocking call orders the caller's stream after the operations,
+        without a host wait, as torch's NCCL does. The timeout is read only for a wait that
+        outlasts a short spin (reading it costs ~1 us).
         """
         if opts.asyncOp:
-            return TorchWork(work, outputs, partial(self._limit, opts) if work._mpi_requests else None)
+            return self._pending(work, outputs, opts, name)
         if not work._mpi_requests:
             work.wait()
         elif not work._spin():

@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from .. import watchdog
 from ..errors import DistBackendError
 
 __all__ = ["TorchWork", "wait_within"]
@@ -15,15 +16,19 @@ __all__ = ["TorchWork", "wait_within"]
 _NO_TIMEOUT = timedelta(0)
 
 
-def wait_within(work: Any, limit: timedelta | None, what: str) -> None:
+def wait_within(work: Any, limit: timedelta | None, what: str | Callable[[], str]) -> None:
     """Wait for hpc_c10d ``work``, at most ``limit`` (None: GPU work, which orders the caller's
-    stream); past it raise torch's DistBackendError ("Timed out"), as torch's gloo does."""
+    stream); past it raise torch's DistBackendError ("Timed out"), as torch's gloo does, naming
+    ``what`` (the operation, or what describes it) and, where the watchdog runs, who is where."""
     try:
         work.wait(limit)
     except DistBackendError as timed_out:
-        waited = round(limit.total_seconds() * 1000) if limit is not None else 0
-        raise dist.DistBackendError(f"{what}: Timed out waiting {waited}ms for the other ranks; "
-                                    f"the group may be unusable now") from timed_out
+        if limit is None:
+            raise
+        message = (f"{what if isinstance(what, str) else what()}: Timed out waiting "
+                   f"{round(limit.total_seconds() * 1000)}ms for the other ranks; the group may be unusable now")
+        report = watchdog.explain(message)
+        raise dist.DistBackendError(message if report is None else f"{message}\n{report}") from timed_out
 
 
 class TorchWork(dist.Work):
@@ -35,18 +40,20 @@ class TorchWork(dist.Work):
     without calling back into Python, and an incomplete one would never finish.
     """
 
-    def __init__(self, pending: Any, outputs: list, limit: Callable[[], timedelta] | None = None) -> None:
+    def __init__(self, pending: Any, outputs: list, limit: Callable[[], timedelta] | None = None,
+                 what: str | Callable[[], str] = "Work.wait") -> None:
         super().__init__()
         self._pending = pending
         self._outputs = outputs
         self._limit = limit  # the operation's timeout, asked only when a wait needs it (MPI work)
+        self._what = what  # the operation, for a timeout's message
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
         """Block until the operation finishes; past ``timeout`` (if nonzero) or else the operation's
         (MPI work: GPU work orders the caller's stream), raise DistBackendError, as torch's gloo does."""
         if self._pending is not None:
             limit = self._limit() if self._limit is not None else None
-            wait_within(self._pending, timeout if timeout else limit, "Work.wait")
+            wait_within(self._pending, timeout if timeout else limit, self._what)
         return True
 
     def is_completed(self) -> bool:
