@@ -5,6 +5,7 @@ The run itself happens on a lent GPU machine; `bash tests/gpu/dry_run.sh` (CI) r
 a Python 3.12 venv made the way that machine is.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -140,3 +141,18 @@ def test_the_gpu_report_is_made_from_the_runs_json(tmp_path):
     text = gpu_report.report(str(tmp_path))
     assert "NVIDIA H100, driver CUDA 13.0" in text and "| host time per call <= 1.2x" in text
     assert "`python -m hpc_c10d bench collectives --device cuda`" in text and "### collectives: all_reduce" in text
+
+
+def test_the_carried_wheels_cover_every_dependency_the_gpu_machine_lacks():
+    """The GPU machine has numpy (and torch, cupy, h5py) but none of our other dependencies may be
+    assumed: a new one in pyproject.toml must join tests/gpu/fetch_wheels.sh (the dry run caught
+    threadpoolctl missing there)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(os.path.join(_launch.ROOT, "pyproject.toml"), "rb") as f:
+        needed = {re.split(r"[<>=!~ \[]", r)[0].lower().replace("_", "-")
+                  for r in tomllib.load(f)["project"]["dependencies"]} - {"numpy"}
+    with open(os.path.join(_launch.ROOT, "tests", "gpu", "fetch_wheels.sh")) as f:
+        script = f.read()
+    carried = {name.lower().replace("_", "-") for name in re.findall(r"([\w.-]+)==", script)}
+    assert needed <= carried, sorted(needed - carried)
+    assert {"mpich", "pytest-mpi"} <= carried

@@ -23,7 +23,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PY312" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check numpy pytest h5py matplotlib setuptools
 fi
-[[ -n "$(ls .gpu-wheels/*.whl 2>/dev/null)" ]] || PYTHON="$VENV/bin/python" bash tests/gpu/fetch_wheels.sh >/dev/null
+PYTHON="$VENV/bin/python" bash tests/gpu/fetch_wheels.sh >/dev/null  # afresh: the list may have grown
 rm -rf "$OUT_DIR"
 rc=0
 PYTHON="$VENV/bin/python" OUT="$OUT_DIR" bash tests/gpu/device_run.sh "$@" || rc=$?
