@@ -488,7 +488,11 @@ class ProcessGroup(TorchProcessGroupAPI):
 
 
 def _tag_upper_bound(comm: Any) -> int:
-    """The largest tag ``comm`` takes (MPI's TAG_UB attribute: 2**29 - 1 with MPICH)."""
+    """The largest tag ``comm`` takes: MPI's TAG_UB (2**29 - 1 with MPICH). The standard attaches it
+    to COMM_WORLD only (Open MPI's other communicators answer None); it holds for every one."""
     from mpi4py import MPI
 
-    return comm.Get_attr(MPI.TAG_UB)
+    bound = comm.Get_attr(MPI.TAG_UB)
+    if bound is None:
+        bound = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
+    return 32767 if bound is None else bound  # the least TAG_UB the standard allows

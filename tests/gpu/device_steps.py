@@ -34,6 +34,13 @@ NO_GPU = "no CUDA GPU"
 BUDGET_S = 420.0
 VERDICTS = ("PASS", "FAIL", "SKIP")
 SUMMARY_LINE = re.compile(r"^(?P<step>[a-z0-9-]+) +(?P<verdict>PASS|FAIL|SKIP) +(?P<seconds>\d+\.\d)s +(?P<detail>.*)$")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # pytest colours its lines where a launcher gives it a terminal
+
+
+def _plain(text: str) -> str:
+    return _COLOUR.sub("", text)
+
+
 # pytest's closing line, "=== 63 passed, 2 skipped in 9.81s ===" (bare under -q)
 _PYTEST_COUNTS = re.compile(r"^(?:=+ )?(?P<counts>\d+ [a-z]+(?:, \d+ [a-z]+)*) in [\d.]+s\b", re.M)
 
@@ -47,7 +54,7 @@ class Expect:
     skipped: int = 0
 
     def verdict(self, output: str) -> tuple[bool, str]:
-        lines = [m.group("counts") for m in _PYTEST_COUNTS.finditer(output)]
+        lines = [m.group("counts") for m in _PYTEST_COUNTS.finditer(_plain(output))]
         if not lines:
             return False, "no pytest summary line"
         for line in lines:
@@ -72,7 +79,8 @@ class Step:
 
 
 def _pytest(*args: str) -> tuple[str, ...]:
-    return ("{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "--with-mpi", "-m", "mpi", *args)
+    return ("{python}", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "-rs", "--with-mpi", "-m", "mpi",
+            *args)
 
 
 def _mpi(n: int, *argv: str) -> tuple[str, ...]:
@@ -153,6 +161,7 @@ def _last_line(text: str) -> str:
 def _dry_verdict(step: Step, rc: int, output: str) -> tuple[str, str]:
     """A GPU step run without a GPU: it must stop cleanly (a skip, or a refusal without a Python
     traceback), which shows its command, imports and launch work as far as they can here."""
+    output = _plain(output)
     ran = _PYTEST_COUNTS.findall(output)
     failed = any(re.search(r"\d+ (failed|errors?)", counts) for counts in ran)
     if "Traceback (most recent call last)" in output or failed or (step.expect is not None and not ran):
