@@ -23,6 +23,7 @@ import numpy as np
 from .optional import unimportable
 from .report import Record
 from .sweep import Sweep
+from .torch_side import as_tensor
 
 __all__ = ["run", "unusable", "TORCH_SAVERS"]
 
@@ -61,12 +62,6 @@ def _on_device(host: np.ndarray, device: str) -> Any:
     return torch.from_numpy(host).to(f"cuda:{torch.cuda.current_device()}")
 
 
-def _as_host(array: Any) -> np.ndarray:
-    if isinstance(array, np.ndarray):
-        return array
-    return array.get() if hasattr(array, "get") else array.cpu().numpy()
-
-
 def _torch_actions(mine: Any, directory: str, rank: int, compare: list[str]) -> dict[tuple[str, str], Callable]:
     """torch.save/torch.load of this rank's slab to its own file, and DCP saving and loading it in place."""
     if not compare:
@@ -74,10 +69,7 @@ def _torch_actions(mine: Any, directory: str, rank: int, compare: list[str]) -> 
     import torch
     import torch.distributed.checkpoint as dcp
 
-    if isinstance(mine, torch.Tensor):
-        tensor = mine
-    else:
-        tensor = torch.from_numpy(mine) if isinstance(mine, np.ndarray) else torch.from_dlpack(mine)
+    tensor = mine if isinstance(mine, torch.Tensor) else as_tensor(mine)
     state = {f"x{rank}": tensor}  # a key per rank: each writes its own slab, as hpc_c10d's Shard does
     pickled = os.path.join(directory, f"bench-torch-{rank}.pt")
     shards = os.path.join(directory, "bench-dcp")
@@ -96,6 +88,7 @@ def run(bench: Sweep, nbytes: int, directory: str, compare: list[str]) -> list[R
     import h5py
 
     from ..checkpoint import Shard, load, save
+    from ..checkpoint.host import to_host
 
     rank, ranks = bench.rank, bench.size
     rows = max(ranks, nbytes // 8 // 1024)
@@ -130,7 +123,7 @@ def run(bench: Sweep, nbytes: int, directory: str, compare: list[str]) -> list[R
             seconds[what, impl].append(time.perf_counter() - start)
         bench.progress.step(f"round {round_ + 1}")
     expected = np.random.default_rng(rank).standard_normal((_slabs(rows, ranks)[rank], 1024))
-    wrong = bench.comm.allreduce(int(np.count_nonzero(_as_host(mine) != expected)))
+    wrong = bench.comm.allreduce(int(np.count_nonzero(to_host(mine) != expected)))
     total = rows * 1024 * 8
     records = []
     for (what, impl), values in seconds.items():
