@@ -18,7 +18,9 @@ from .distributed_c10d import (  # private names torch users import ("x as x": r
     _world as _world,
 )
 from .distributed_c10d import __all__ as _c10d_all
-from .errors import DistBackendError, DistError, DistNetworkError, DistStoreError, QueueEmptyError
+from .errors import (
+    DistBackendError, DistError, DistNetworkError, DistStoreError, ProcessFailedError, QueueEmptyError,
+)
 from .lifecycle import is_available
 from .preemption import Preemption
 from .store import FileStore, HashStore, MPIStore
@@ -28,6 +30,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     *_c10d_all, "distributed_c10d", "is_available", "set_debug_level", "set_debug_level_from_env",
-    "DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError",
+    "DistError", "DistBackendError", "DistNetworkError", "DistStoreError", "ProcessFailedError", "QueueEmptyError",
     "Future", "HashStore", "FileStore", "MPIStore", "Preemption", "__version__",
 ]

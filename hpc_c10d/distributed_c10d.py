@@ -38,6 +38,7 @@ from .options import (
 from .p2p import P2POp, batch_isend_irecv, irecv, isend, recv, send
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp, _make_nccl_premul_sum, reduce_op  # noqa: F401
+from .shrink import SHRINK_ABORT, SHRINK_DEFAULT, shrink_group
 from .store import PrefixStore, Store
 from .work import Work
 
@@ -58,7 +59,7 @@ __all__ = [
     "default_pg_timeout", "get_group_rank", "get_global_rank", "get_process_group_ranks",
     "reduce_op", "all_gather_into_tensor", "reduce_scatter_tensor", "get_node_local_rank",
     "split_group", "monitored_barrier", "GroupName", "all_gather_single", "reduce_scatter_single",
-    "Store", "PrefixStore",
+    "Store", "PrefixStore", "shrink_group", "SHRINK_DEFAULT", "SHRINK_ABORT",
 ]
 
 #: A process group's name (torch's NewType over str).

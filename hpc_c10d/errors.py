@@ -3,6 +3,7 @@
 __all__ = [
     "DistError",
     "DistBackendError",
+    "ProcessFailedError",
     "DistNetworkError",
     "DistStoreError",
     "QueueEmptyError",
@@ -15,6 +16,19 @@ class DistError(RuntimeError):
 
 class DistBackendError(DistError):
     """A transport (MPI, NCCL) failed or timed out."""
+
+
+class ProcessFailedError(DistBackendError):
+    """Ranks of a group died (under ULFM, which lets the survivors go on): ``failed_ranks`` are
+    their ranks in ``group_name``'s group, agreed on by every survivor, ready for ``shrink_group``;
+    ``failed_hosts`` their hosts, where known."""
+
+    def __init__(self, message: str, failed_ranks: list[int], failed_hosts: list[str | None],
+                 group_name: str) -> None:
+        super().__init__(message)
+        self.failed_ranks = failed_ranks
+        self.failed_hosts = failed_hosts
+        self.group_name = group_name
 
 
 class DistNetworkError(DistError):

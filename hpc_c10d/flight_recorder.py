@@ -39,7 +39,7 @@ from .transport import TransportWrapper
 from .work import Work
 
 __all__ = ["InFlight", "in_flight", "current", "track", "buffer_size", "trace_dir", "enable_recording", "dump",
-           "dumps_of", "snapshot", "set_hosts", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
+           "dumps_of", "snapshot", "set_hosts", "host_of", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
 _TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -248,6 +248,11 @@ def set_hosts(hosts: list[str] | None) -> None:
     """Every world rank's host name, by rank (None: unknown); written into each dump as ``hosts``."""
     global _hosts
     _hosts = None if hosts is None else list(hosts)
+
+
+def host_of(global_rank: int) -> str | None:
+    """The host of a world rank, where known (gathered when the watchdog started)."""
+    return _hosts[global_rank] if _hosts is not None and 0 <= global_rank < len(_hosts) else None
 
 
 def snapshot(reason: str, skip: int | None = None) -> dict[str, Any]:

@@ -111,7 +111,7 @@ class Work:
     staging buffer. ``result()`` and the future's value are the output arrays, as in torch.
     """
 
-    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future")
+    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future", "_comm")
 
     _status: Any = None  # receives (``ReceiveWork``) fill an MPI status
     _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
@@ -124,8 +124,10 @@ class Work:
         outputs: list | None = None,
         finish: Callable[[], None] | None = None,
         keep: Any = None,
+        comm: Any = None,
     ) -> None:
         self._requests = requests
+        self._comm = comm  # the communicator the requests run on: names an MPI error's group
         self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
@@ -175,9 +177,24 @@ class Work:
 
     def _test(self) -> bool:
         requests = self._requests
-        if len(requests) == 1:
-            return requests[0].Test(self._status)
-        return requests[0].Testall(requests)
+        try:
+            if len(requests) == 1:
+                return requests[0].Test(self._status)
+            return requests[0].Testall(requests)
+        except Exception as exc:
+            self._raise_failure(exc)
+            raise
+
+    def _raise_failure(self, exc: Exception) -> None:
+        """Raise ``mpi_failure``'s error for an error out of MPI where the communicator is known;
+        otherwise return (the caller re-raises ``exc`` for a caller that knows the communicator)."""
+        if self._comm is not None:
+            from mpi4py import MPI
+
+            from .mpi.failures import mpi_failure
+
+            if isinstance(exc, MPI.Exception):
+                raise mpi_failure(exc, self._comm) from exc
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         """Block until the operation finishes; with ``timeout``, raise DistBackendError past it."""
@@ -188,10 +205,15 @@ class Work:
         requests = self._requests
         if timeout is not None:
             self._wait_until(timeout)
-        elif len(requests) == 1:
-            requests[0].Wait(self._status)
         else:
-            requests[0].Waitall(requests)  # a Work without requests is created done
+            try:
+                if len(requests) == 1:
+                    requests[0].Wait(self._status)
+                else:
+                    requests[0].Waitall(requests)  # a Work without requests is created done
+            except Exception as exc:
+                self._raise_failure(exc)
+                raise
         self._complete()
         return True
 
@@ -246,8 +268,8 @@ class ReceiveWork(Work):
     __slots__ = ("_status",)
     op_name = "recv"
 
-    def __init__(self, request: Any, outputs: list, keep: Any, status: Any) -> None:
-        super().__init__([request], outputs, None, keep)
+    def __init__(self, request: Any, outputs: list, keep: Any, status: Any, comm: Any = None) -> None:
+        super().__init__([request], outputs, None, keep, comm)
         self._status = status
 
     def _source_rank(self) -> int:
@@ -291,4 +313,4 @@ def combine_works(works: Sequence[Work], outputs: list) -> Work:
             if not work._done:
                 work._complete()
 
-    return Work(requests, outputs, finish, list(works))
+    return Work(requests, outputs, finish, list(works), works[0]._comm if works else None)

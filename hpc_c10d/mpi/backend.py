@@ -82,10 +82,10 @@ class MPIBackend(Transport):
     def _issue(self, blocking, nonblocking, args, async_op, user, finish=None, keep=None):
         try:  # free in CPython 3.11+ while nothing raises
             if async_op:
-                return Work([nonblocking(*args)], user, finish, keep)
+                return Work([nonblocking(*args)], user, finish, keep, self._comm)
             self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
-            raise mpi_failure(exc) from exc
+            raise mpi_failure(exc, self._comm) from exc
         if finish is not None:
             finish()
         return None
@@ -118,7 +118,7 @@ class MPIBackend(Transport):
                 recv = (buf, red.datatype)
                 try:
                     if async_op:
-                        return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf)
+                        return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf, self._comm)
                     if self.finish_within is None:
                         self._comm.Allreduce(_IN_PLACE, recv, red.op)
                     else:
@@ -126,7 +126,7 @@ class MPIBackend(Transport):
                         if not request.Test():  # most small ones are done at once: no call then
                             self.finish_within(request)
                 except MPI.Exception as exc:
-                    raise mpi_failure(exc) from exc
+                    raise mpi_failure(exc, self._comm) from exc
                 return None
         red, factor, average = self._reduction(buf, op, "all_reduce")
         send = _IN_PLACE if factor is None else (_scaled(buf, factor), red.datatype)
@@ -138,7 +138,7 @@ class MPIBackend(Transport):
         data = (buf, mpi_datatype(buf.dtype))
         try:  # _issue, inlined: the hot path
             if async_op:
-                return Work([self._comm.Ibcast(data, root)], [user], None, buf)
+                return Work([self._comm.Ibcast(data, root)], [user], None, buf, self._comm)
             if self.finish_within is None:
                 self._comm.Bcast(data, root)
             else:
@@ -146,7 +146,7 @@ class MPIBackend(Transport):
                 if not request.Test():  # most small ones are done at once: no call then
                     self.finish_within(request)
         except MPI.Exception as exc:
-            raise mpi_failure(exc) from exc
+            raise mpi_failure(exc, self._comm) from exc
         return None
 
     def reduce(self, buf, root, op, async_op, user):
@@ -157,7 +157,7 @@ class MPIBackend(Transport):
                 call = (_IN_PLACE, data, red.op, root) if self._rank == root else (data, None, red.op, root)
                 try:
                     if async_op:
-                        return Work([self._comm.Ireduce(*call)], [user], None, buf)
+                        return Work([self._comm.Ireduce(*call)], [user], None, buf, self._comm)
                     if self.finish_within is None:
                         self._comm.Reduce(*call)
                     else:
@@ -165,7 +165,7 @@ class MPIBackend(Transport):
                         if not request.Test():  # most small ones are done at once: no call then
                             self.finish_within(request)
                 except MPI.Exception as exc:
-                    raise mpi_failure(exc) from exc
+                    raise mpi_failure(exc, self._comm) from exc
                 return None
         red, factor, average = self._reduction(buf, op, "reduce")
         mine = (buf, red.datatype)
@@ -192,10 +192,10 @@ class MPIBackend(Transport):
         """``_issue`` for an operation through ``staging``, released afterwards (``Staging.release``)."""
         try:
             if async_op:
-                return Work([nonblocking(*args)], user, partial(staging.release, outs), keep)
+                return Work([nonblocking(*args)], user, partial(staging.release, outs), keep, self._comm)
             self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
-            raise mpi_failure(exc) from exc
+            raise mpi_failure(exc, self._comm) from exc
         staging.release(outs)
         return None
 
@@ -324,10 +324,10 @@ class MPIBackend(Transport):
         data = (buf, mpi_datatype(buf.dtype))
         try:  # _issue, inlined: the hot path
             if async_op:
-                return Work([self._comm.Isend(data, peer, tag)], [user], None, buf)
+                return Work([self._comm.Isend(data, peer, tag)], [user], None, buf, self._comm)
             self._comm.Send(data, peer, tag)
         except MPI.Exception as exc:
-            raise mpi_failure(exc) from exc
+            raise mpi_failure(exc, self._comm) from exc
         return None
 
     def recv(self, buf, peer, tag, async_op, user):
@@ -336,10 +336,10 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(buf.dtype)
         try:
             if async_op:
-                return ReceiveWork(self._comm.Irecv((buf, datatype), source, tag), [user], buf, status)
+                return ReceiveWork(self._comm.Irecv((buf, datatype), source, tag), [user], buf, status, self._comm)
             self._comm.Recv((buf, datatype), source, tag, status)
         except MPI.Exception as exc:
-            raise mpi_failure(exc) from exc
+            raise mpi_failure(exc, self._comm) from exc
         received = status.Get_count(datatype)
         if received != buf.size:  # a shorter message leaves the rest of buf as it was
             raise short_receive(received, buf.size)

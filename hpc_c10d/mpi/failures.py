@@ -6,17 +6,26 @@ calls MPI. Inside a collective such an error almost always means the ranks calle
 different arguments, which MPI notices only where a receive is too small for what arrives or
 where its algorithm compares sizes. Some never get here: MPICH ends the job itself when a
 message is truncated in a collective's internal exchange (MPIC_Sendrecv makes the error fatal).
+
+Under ULFM (``mpi/ulfm.py``) an error that means a rank died becomes ``ProcessFailedError``: the
+first on a group revokes and shrinks its communicator, so all survivors raise it, naming the
+same dead ranks (``hpc_c10d.shrink`` builds the survivors' group from that).
 """
 
 from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
 
 from mpi4py import MPI
 
 from .. import debug, flight_recorder
 from .._state import _world
-from ..errors import DistBackendError
+from ..errors import DistBackendError, ProcessFailedError
+from . import ulfm
 
-__all__ = ["mpi_failure", "short_receive"]
+__all__ = ["mpi_failure", "short_receive", "Loss", "losses", "loss_of"]
 
 _P2P = ("send", "recv")
 _P2P_CAUSE = "the sending and receiving ranks may disagree on the shape or dtype"
@@ -39,14 +48,56 @@ def _where_and_cause() -> tuple[str, str]:
     return where, _COLLECTIVE_CAUSE if detail else _COLLECTIVE_CAUSE + _DETAIL_HINT
 
 
-def mpi_failure(exc: MPI.Exception) -> DistBackendError:
-    """The error to raise, ``from exc``, for an ``MPI.Exception`` out of the calling thread's operation."""
+@dataclass
+class Loss:
+    """What a group lost: its ranks that died, as the survivors agreed, and their communicator."""
+
+    failed: list[int]
+    survivors: Any  # the shrunk communicator: the survivors, in their old order
+
+
+#: The losses of the groups that saw a rank die (under ULFM), by group.
+losses: weakref.WeakKeyDictionary[Any, Loss] = weakref.WeakKeyDictionary()
+
+
+def loss_of(pg: Any) -> Loss:
+    """``pg``'s loss: the first time, revoke its communicator (every member's calls on it end at
+    once) and shrink it (collective over the survivors, who all get here: their agreement)."""
+    loss = losses.get(pg)
+    if loss is None:
+        ulfm.revoke(pg._comm)
+        alive, failed = ulfm.survivors(pg._comm)
+        loss = losses[pg] = Loss(failed, alive)
+    return loss
+
+
+def _process_failure(comm: Any, what: str) -> ProcessFailedError | None:
+    """The error for a dead rank in the group of ``comm``, under ULFM (None elsewhere)."""
+    pg = next((pg for pg in _world.groups if pg._comm is not None and pg._comm == comm), None)
+    if pg is None or not ulfm.enabled(MPI):
+        return None
+    loss = loss_of(pg)
+    hosts = [flight_recorder.host_of(pg._global_ranks[r]) for r in loss.failed]
+    where = ", ".join(f"{r} ({host})" if host else str(r) for r, host in zip(loss.failed, hosts))
+    error = getattr(pg, "_process_failed_error", ProcessFailedError)
+    return error(f"{what}: rank(s) {where} of group {pg._name!r} died; every survivor gets this error. "
+                 "Go on without them: shrink_group(error.failed_ranks, group) on each survivor",
+                 list(loss.failed), hosts, pg._name)
+
+
+def mpi_failure(exc: MPI.Exception, comm: Any = None) -> DistBackendError:
+    """The error to raise, ``from exc``, for an ``MPI.Exception`` out of the calling thread's
+    operation on ``comm`` (where known: a dead process's error then names the failed ranks)."""
     error_class, text = exc.Get_error_class(), str(exc)  # MPICH: "<class>, error stack:", then the stack
     if error_class == MPI.ERR_IN_STATUS:  # its text only says to look at statuses we never see
         headline = "an error in one of its messages (MPI_ERR_IN_STATUS)"
     else:
         headline = text.splitlines()[0].removesuffix(", error stack:") if text else f"error class {error_class}"
     where, cause = _where_and_cause()
+    if comm is not None and ulfm.is_process_failure(MPI, error_class):
+        lost = _process_failure(comm, f"{where} failed in MPI: {headline}")
+        if lost is not None:
+            return lost
     if error_class not in _DISAGREEMENT_CLASSES:
         return DistBackendError(f"{where} failed in MPI: {headline}")
     return DistBackendError(f"{where} failed in MPI: {headline}; {cause}")

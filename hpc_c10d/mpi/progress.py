@@ -118,6 +118,8 @@ class ProgressThread:
         self.activity: Callable[[], int] = lambda: 0
         #: How many times the thread has driven MPI's progress engine (a diagnostic).
         self.probes = 0
+        #: The MPI error that ended the thread (a rank of its communicator died, under ULFM), if any.
+        self.failure: Exception | None = None
         self._users = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -142,6 +144,8 @@ class ProgressThread:
         """
         with self._lock:
             self._users += 1
+            if self._thread is not None and not self._thread.is_alive():  # ended by a dead rank
+                self._halt_locked()
             if self._thread is not None or interval == 0 or not needed:
                 return
             if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
@@ -167,7 +171,10 @@ class ProgressThread:
                 self._halt_locked()
 
     def _run(self, interval: float, switch: float, wake_read: int, MPI: Any) -> None:
-        self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
+        try:
+            self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
+        except MPI.Exception as exc:  # a rank of the communicator died (ULFM): nothing left to serve
+            self.failure = exc
 
     def _serve(self, interval: float, switch: _Switch, wake_read: int, any_source: int, any_tag: int) -> None:
         stop, iprobe = self._stop, self._comm.Iprobe

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import DistStoreError
-from ..mpi import bootstrap
+from ..mpi import bootstrap, ulfm
 from ..mpi.progress import interval_from_env, progress
 from .base import DEFAULT_TIMEOUT, as_amount, as_key, as_timeout
 from ..process_group import ProcessGroup
@@ -34,13 +34,14 @@ DEFAULT_CAPACITY = 128 << 20
 #: Keys each rank holds.
 DEFAULT_MAX_KEYS = 16384
 
-_open_stores: weakref.WeakSet[MPIStore] = weakref.WeakSet()
+_open_stores: weakref.WeakValueDictionary[int, MPIStore] = weakref.WeakValueDictionary()  # by creation
+_created = iter(range(1 << 62))
 
 
 def _close_open_stores() -> None:
     """Free the windows of stores still open at exit, before MPI is finalized (collective, like
     MPI_Finalize itself); without it the MPI library complains about windows in use."""
-    for store in list(_open_stores):
+    for _, store in sorted(_open_stores.items()):  # the same order on every rank
         store.close()
 
 
@@ -122,7 +123,7 @@ class MPIStore(KeyValueStore):
         if not _open_stores:  # registered after MPI started, so it runs before MPI is finalized
             atexit.unregister(_close_open_stores)
             atexit.register(_close_open_stores)
-        _open_stores.add(self)
+        _open_stores[next(_created)] = self
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout = as_timeout(timeout)
@@ -187,6 +188,19 @@ class MPIStore(KeyValueStore):
             return
         self._open = False
         progress.leave()
-        self._table.free()
-        self._table = _ClosedTable(self._table.capacity, self._table.max_keys)
+        table, self._table = self._table, _ClosedTable(self._table.capacity, self._table.max_keys)
+        MPI = bootstrap.initialize()
+        try:
+            table.free()
+        except MPI.Exception as exc:  # a rank died (ULFM): the windows stay allocated until MPI ends
+            if not ulfm.is_process_failure(MPI, exc.Get_error_class()):
+                raise
         self._comm.Free()
+
+    def abandon(self) -> None:
+        """Close without freeing (a rank of the communicator died, so nothing collective can run):
+        every later operation raises DistStoreError; the windows stay allocated until MPI ends."""
+        if self._open:
+            self._open = False
+            progress.leave()
+            self._table = _ClosedTable(self._table.capacity, self._table.max_keys)

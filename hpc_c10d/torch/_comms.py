@@ -1,7 +1,8 @@
 """The MPI communicators behind torch's process groups: the world, and subgroups carved out of it.
 
 torch numbers ranks as its rendezvous said; this plugin checks that they are MPI's, so a group's
-``global_ranks_in_group`` are ``COMM_WORLD`` ranks. torch creates a backend only on the group's
+``global_ranks_in_group`` are ``COMM_WORLD`` ranks (after ``shrink_group`` of the default group,
+ranks of the survivors' world, numbered anew). torch creates a backend only on the group's
 members, so subgroups use ``MPI_Comm_create_group`` (collective over the members only).
 """
 
@@ -12,7 +13,15 @@ from typing import Any, Sequence
 from .. import threads
 from ..mpi import bootstrap
 
-__all__ = ["group_communicator"]
+__all__ = ["group_communicator", "set_world"]
+
+_world: Any = None  # the world's communicator once the default group was shrunk (else COMM_WORLD)
+
+
+def set_world(comm: Any) -> None:
+    """Carve later groups out of ``comm``, the shrunk default group's (whose ranks are renumbered)."""
+    global _world
+    _world = comm.Dup()
 
 
 def _mismatch(what: str, torch_value: int, mpi_value: int) -> ValueError:
@@ -27,7 +36,7 @@ def group_communicator(global_ranks: Sequence[int], group_rank: int, group_size:
     """Return a new communicator for the group torch is creating (the world when ``global_ranks``
     is empty), after checking that torch's rank and size agree with MPI's."""
     MPI = bootstrap.initialize()
-    world = MPI.COMM_WORLD
+    world = MPI.COMM_WORLD if _world is None else _world
     if not global_ranks:
         if group_size != world.Get_size():
             raise _mismatch("world size", group_size, world.Get_size())

@@ -25,7 +25,9 @@ from torch._C._distributed_c10d import (
 from .. import flight_recorder
 from ..backend import BackendConfig
 from ..process_group import ProcessGroup as _HPCGroup
+from ..errors import ProcessFailedError as _ProcessFailedError
 from ..lifecycle import adopt, disown, instrument
+from ..shrink import drop
 from ..work import Work, combine_works, spin
 from ._ops import as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
@@ -33,7 +35,11 @@ from ._rendezvous import close_stores
 from ._sparse import all_reduce_sparse
 from ._work import TorchWork, wait_within
 
-__all__ = ["ProcessGroupHPC"]
+__all__ = ["ProcessGroupHPC", "ProcessFailedError"]
+
+
+class ProcessFailedError(_ProcessFailedError, dist.DistBackendError):
+    """hpc_c10d's ProcessFailedError as torch's DistBackendError, for backend "hpc"."""
 
 _NO_TIME = timedelta(0)  # torch's options carry -1 ms for "the group's timeout"
 _SUM = dist.ReduceOp.RedOpType.SUM
@@ -90,6 +96,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
                                 finish_within=self._finish_within)
         instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
                    mismatch=dist.DistBackendError)
+        self._inner._process_failed_error = ProcessFailedError  # type: ignore[attr-defined]
         self._is_world = not global_ranks
         adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
         self._finished = TorchWork(None, [])  # see _finished_work
@@ -104,6 +111,13 @@ class ProcessGroupHPC(dist.ProcessGroup):
 
     # ---- the per-device backend torch's Python code asks for (this group serves every device) --
     supports_splitting = supports_coalescing = supports_time_estimate = False
+
+    @property
+    def supports_shrinking(self) -> bool:
+        """True where the plugin serves torch's ``shrink_group`` (torch/_shrink.py)."""
+        from ._shrink import installable
+
+        return installable()
 
     @property
     def _device_types(self) -> list[torch.device]:
@@ -280,6 +294,12 @@ class ProcessGroupHPC(dist.ProcessGroup):
                 close_stores()
 
     abort = shutdown
+
+    def _leave(self) -> None:
+        """Drop the group without communicating on it (``shrink_group``: it may hold dead ranks)."""
+        if self._inner._comm is not None:
+            disown(self._inner)
+            drop(self._inner)
 
     # ---- helpers ---------------------------------------------------------------------------
     @staticmethod

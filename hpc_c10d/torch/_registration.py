@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
+from ._shrink import install as install_shrink_group
 
 __all__ = ["BACKEND_NAME", "register", "devices"]
 
@@ -31,6 +32,7 @@ def register() -> None:
     Idempotent. Runs at ``import torch`` through the ``torch.backends`` entry point, so it only
     fills torch's tables: MPI starts when a process group is created.
     """
+    install_shrink_group()  # torch's shrink_group, for backend "hpc" too
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
     # torch 2.15 hooks its flight recorder onto the C++ group of each backend that does not record

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlparse
 
 __all__ = ["mpi_rendezvous", "env_or_mpi_rendezvous", "claim_for_mpi", "close_stores", "env_store", "SCHEME",
-           "STORE_ENV"]
+           "STORE_ENV", "world_store", "take_stores"]
 
 SCHEME = "mpi"
 STORE_ENV = "HPC_C10D_TORCH_STORE"  # "tcp": torch's TCPStore wherever MASTER_ADDR/MASTER_PORT are set
@@ -45,15 +45,11 @@ def _mpi_store(url: str, timeout: timedelta) -> Any:
     """A TorchMPIStore over MPI's world (collective), once torch's rank and size in ``url`` are MPI's."""
     from .. import lifecycle
     from ..mpi import bootstrap
-    from ..store import MPIStore
-    from ._store import TorchMPIStore
 
     comm = bootstrap.initialize().COMM_WORLD
     lifecycle._check_launcher(comm.Get_size())
     lifecycle._check_against_mpi(_requested(url, "rank"), _requested(url, "world_size"), comm)
-    store = TorchMPIStore(MPIStore(comm, timeout=timeout))
-    _stores.append(store)
-    return store
+    return world_store(comm, timeout)
 
 
 def mpi_rendezvous(url: str, timeout: timedelta = _DEFAULT_TIMEOUT, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
@@ -87,6 +83,23 @@ def claim_for_mpi(store: Any) -> None:
         store = store.underlying_store
     if isinstance(store, DeferredStore):
         store.claim_for_mpi()
+
+
+def world_store(comm: Any, timeout: timedelta) -> Any:
+    """A TorchMPIStore over ``comm`` (collective), closed with the others: a shrunk world's store."""
+    from ..store import MPIStore
+    from ._store import TorchMPIStore
+
+    store = TorchMPIStore(MPIStore(comm, timeout=timeout))
+    _stores.append(store)
+    return store
+
+
+def take_stores() -> list[Any]:
+    """The stores made here, no longer closed by ``close_stores`` (their world was shrunk)."""
+    taken = list(_stores)
+    _stores.clear()
+    return taken
 
 
 def close_stores() -> None:

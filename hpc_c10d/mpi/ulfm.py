@@ -1,0 +1,52 @@
+"""ULFM, MPI's fault tolerance: which errors mean a process died, and what survivors can do then.
+
+Open MPI 5 started with ``mpiexec --with-ft ulfm`` reports a dead process as an error
+(``MPI_ERR_PROC_FAILED``) instead of ending the job, and lets the survivors revoke a communicator
+(every call on it, pending or later, fails with ``MPI_ERR_REVOKED`` on every rank) and shrink it
+(a new communicator of the processes still alive, agreed on by all of them). Other MPI libraries
+(the ``mpich`` wheel) end the job when a process dies; mpi4py's ``Revoke`` raises
+NotImplementedError there.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["enabled", "is_process_failure", "revoke", "survivors"]
+
+_ON = ("1", "true", "yes", "on")
+
+
+def enabled(MPI: Any) -> bool:
+    """Whether survivors outlive a dead process and can revoke and shrink (ULFM is switched on)."""
+    if not hasattr(MPI.Comm, "Revoke") or MPI.ERR_PROC_FAILED == MPI.ERR_UNKNOWN:
+        return False  # mpi4py built without ULFM's error classes (the mpich wheel)
+    if MPI.Get_library_version().startswith("Open MPI"):
+        return os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in _ON
+    return os.environ.get("MPIR_CVAR_ENABLE_FT", "").strip() == "1"  # an MPICH built with ULFM
+
+
+def is_process_failure(MPI: Any, error_class: int) -> bool:
+    """True for the error classes of a dead process, or of a communicator revoked after one."""
+    return error_class != MPI.ERR_UNKNOWN and error_class in (
+        MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED)
+
+
+def revoke(comm: Any) -> None:
+    """Revoke ``comm`` so that every rank's calls on it end at once (local; safe to repeat)."""
+    if not comm.Is_revoked():
+        comm.Revoke()
+
+
+def survivors(comm: Any) -> tuple[Any, list[int]]:
+    """A communicator of ``comm``'s live processes (collective over them; they agree on who is
+    dead), and the ranks of ``comm`` that are not in it."""
+    alive = comm.Shrink()
+    old, new = comm.Get_group(), alive.Get_group()
+    try:
+        kept = set(new.Translate_ranks(None, old))
+    finally:
+        old.Free()
+        new.Free()
+    return alive, [rank for rank in range(comm.Get_size()) if rank not in kept]
