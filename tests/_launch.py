@@ -145,13 +145,13 @@ def fresh_env(drop=(), **extra):
     return env
 
 
-def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT):
-    """Run ``mpiexec -n nprocs python argv...`` under ``timeout``; return (CompletedProcess, cmd).
+def launch(nprocs, argv, timeout_s, env=None, cwd=ROOT, flags=()):
+    """Run ``mpiexec [flags] -n nprocs python argv...`` under ``timeout``; return (CompletedProcess, cmd).
 
     The launcher's variables of an enclosing job are dropped, the checkout goes on PYTHONPATH and
     ``env`` is added. On expiry the process is reported as exit code 124 with what it printed."""
     clean = fresh_env(**(env or {}))
-    cmd = [*mpiexec_command(nprocs), sys.executable, *argv]
+    cmd = [*mpiexec_command(nprocs)[:-2], *flags, "-n", str(nprocs), sys.executable, *argv]
     if shutil.which("timeout"):
         cmd = ["timeout", str(timeout_s)] + cmd
     try:

@@ -7,7 +7,9 @@ The rank VICTIM (of the world) SIGKILLs itself before collective step STEP; the 
 Scenarios: ``default`` (blocking collectives on the default group, which is shrunk), ``async``
 (``async_op=True`` and ``wait``), ``subgroup`` (a group of every rank made by ``new_group``, shrunk
 with ``group=``), ``alive`` (no rank dies: VICTIM stops calling collectives and the others shrink
-the default group without it; any MPI). Each survivor prints one line ``RESULT <json>``.
+the default group without it; any MPI), ``abort`` (nobody dies: at STEP the others ask for
+``SHRINK_ABORT``, which an MPI without ULFM refuses before sending anything, and all go on). Each
+survivor prints one line ``RESULT <json>``.
 """
 import json
 import os
@@ -45,6 +47,13 @@ def step(k):
 
 k, failed_at = 0, None
 while k < STEPS:
+    if scenario == "abort" and k == fail_at and report["failed_ranks"] is None:
+        report["failed_ranks"] = []  # nobody dies: the others ask to abort and are refused, locally
+        if me != victim:
+            try:
+                dist.shrink_group([victim], shrink_flags=dist.SHRINK_ABORT)
+            except RuntimeError as refused:
+                print(f"REFUSED {refused}", flush=True)
     if k == fail_at and me == victim and report["failed_ranks"] is None:
         if scenario == "alive":
             break  # stays alive, excluded, and calls nothing more on the group
