@@ -26,9 +26,10 @@ from typing import Any
 
 from .. import flight_recorder
 from .._state import _world
+from ..mpi import ulfm
 from ..watchdog import raise_in
 
-__all__ = ["TimeLimitExceeded", "Expiry", "TimeLimit", "revocable"]
+__all__ = ["TimeLimitExceeded", "Expiry", "TimeLimit"]
 
 _INTERRUPT_WAIT_S = 1.0  # for the main thread to come back once interrupted
 _REVOKE_WAIT_S = 5.0  # for a blocking MPI call to return once its communicator is revoked
@@ -46,15 +47,6 @@ class Expiry:
     message: str  # "time limit of 2 s exceeded in all_reduce seq 3 of group 0 float32[4]"
     snapshot: dict[str, Any]  # this rank's flight-recorder snapshot then
     stack: str  # the main thread's Python stack then
-
-
-def revocable(MPI: Any) -> bool:
-    """Whether revoking a communicator ends the calls blocked on it (ULFM is switched on)."""
-    if not hasattr(MPI.Comm, "Revoke"):
-        return False
-    if MPI.Get_library_version().startswith("Open MPI"):
-        return os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in ("1", "true", "yes", "on")
-    return os.environ.get("MPIR_CVAR_ENABLE_FT", "").strip() == "1"  # MPICH built with ULFM
 
 
 def _own_frames(frame: Any) -> traceback.StackSummary:
@@ -138,7 +130,7 @@ class TimeLimit:
         raise_in(self._main, message, TimeLimitExceeded)
         if self._wait_for_main(_INTERRUPT_WAIT_S):
             return
-        if revocable(self._MPI):
+        if ulfm.enabled(self._MPI):
             for pg in list(_world.groups):
                 pg._comm.Revoke()
             if self._wait_for_main(_REVOKE_WAIT_S):
