@@ -34,8 +34,8 @@ needs_ulfm = pytest.mark.skipif(
            "another (the suite's Open MPI stage runs these)")
 
 
-def _run(program, nprocs, *args, flags=ULFM):
-    proc, cmd = launch(nprocs, [os.path.join(FAULTS, program), *map(str, args)], TIMEOUT_S, flags=flags)
+def _run(program, nprocs, *args, flags=ULFM, env=None):
+    proc, cmd = launch(nprocs, [os.path.join(FAULTS, program), *map(str, args)], TIMEOUT_S, flags=flags, env=env)
     output = f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
     decode = json.JSONDecoder().raw_decode  # ranks' lines may run together: read each object where it starts
     results = [decode(part)[0] for part in proc.stdout.split("RESULT ")[1:]]
@@ -63,7 +63,18 @@ def test_survivors_of_a_killed_rank_shrink_and_finish(scenario, nprocs, victim):
     for r in results:
         assert r["steps"] == 12, output
         assert r["hosts"] == [socket.gethostname()], output
+        assert r["again"] == [victim], output  # a later call on the revoked group raises the same
         assert r["detect_s"] < 10, output  # MPI reports the death: no group timeout (30 minutes) waited out
+
+
+@needs_ulfm
+def test_the_stores_progress_thread_ends_quietly():
+    # On MPI's network path the default store runs a progress thread, which probes a communicator
+    # that now holds a dead rank: it ends without a traceback, and the survivors go on.
+    status, results, output = _run("lost_rank.py", 4, "default", 1, 4, env=flavour().network_path)
+    assert status == 0, output
+    _check_survivors(results, 4, 1, output)
+    assert "Exception in thread" not in output, output
 
 
 @pytest.mark.parametrize("nprocs, victim", [(3, 1), (4, 3)])

@@ -72,6 +72,10 @@ while k < STEPS:
             failed_at = time.monotonic()
             report.update(failed_ranks=error.failed_ranks, hosts=error.failed_hosts, detect_s=failed_at - started)
             lost = error.failed_ranks
+            try:  # the group is revoked: any later call fails the same way
+                dist.barrier(group=group)
+            except dist.ProcessFailedError as again:
+                report["again"] = again.failed_ranks
     group = dist.shrink_group(lost, group=group)
     report["shrink_s"] = time.monotonic() - failed_at
     members = [r for i, r in enumerate(members) if i not in lost]
