@@ -6,6 +6,8 @@ import atexit
 import sys
 from typing import Any
 
+from . import ulfm
+
 __all__ = ["initialize", "thread_level_name", "node_local_comm", "library_version"]
 
 _THREAD_NAMES = ("single", "funneled", "serialized", "multiple")
@@ -18,6 +20,7 @@ def _mpi() -> Any:
 
         if mpi4py.rc.thread_level not in ("multiple",):
             mpi4py.rc.thread_level = "multiple"
+        ulfm.before_init()
     from mpi4py import MPI
 
     return MPI
