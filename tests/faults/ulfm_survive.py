@@ -7,11 +7,13 @@ has printed "rank R on HOST pid P: looping". Survivors print the error class and
 Revoke, Shrink, and go on for ULFM_AFTER more steps checking that the sum equals the new size;
 each survivor prints "rank R: survived ..." with the times (detect: from the last good step to
 the error; recover: from the error to the first good allreduce on the shrunken communicator).
-Exit 0 on a survivor that finished with correct results, 3 on a wrong sum, 4 on no fault seen
-within ULFM_SECONDS.
+Exit 0 on a survivor that finished with correct results, 3 on a wrong sum (an Allreduce that
+returned MPI_SUCCESS with a wrong result counts as the fault, is reported as WRONG RESULT, and the
+survivor still revokes, shrinks and goes on), 4 on no fault seen within ULFM_SECONDS.
 
     mpiexec --with-ft ulfm -n 4 python ulfm_survive.py    # with ULFM_VICTIMS=2 ULFM_KILL_STEP=50
 """
+import array
 import os
 import signal
 import socket
@@ -36,12 +38,10 @@ def main():
     rank, host = world.Get_rank(), socket.gethostname()
     comm = world.Dup()
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    buf, out = bytearray(8), bytearray(8)
-    import array
     send, recv = array.array("d", [1.0]), array.array("d", [0.0])
     comm.Allreduce(send, recv, op=MPI.SUM)
     say(f"rank {rank} on {host} pid {os.getpid()}: looping (size {comm.Get_size()})")
-    step, last_good, deadline = 0, time.monotonic(), time.monotonic() + SECONDS
+    step, last_good, deadline, wrong = 0, time.monotonic(), time.monotonic() + SECONDS, 0
     while True:
         if rank in VICTIMS and step == KILL_STEP:
             say(f"rank {rank}: SIGKILL myself at step {step}")
@@ -50,15 +50,18 @@ def main():
             recv[0] = 0.0
             comm.Allreduce(send, recv, op=MPI.SUM)
         except MPI.Exception as exc:
-            seen = time.monotonic()
+            seen, seen_wall = time.monotonic(), time.time()
             cls = exc.Get_error_class()
             names = {getattr(MPI, n, None): n for n in ("ERR_PROC_FAILED", "ERR_REVOKED", "ERR_PROC_FAILED_PENDING")}
             say(f"rank {rank}: step {step}: error class {cls} ({names.get(cls, '?')}): {exc.Get_error_string()}"
                 f" {seen - last_good:.3f}s after the last good step")
             break
-        if recv[0] != comm.Get_size():
-            say(f"rank {rank}: step {step}: sum {recv[0]} != size {comm.Get_size()}")
-            return 3
+        if recv[0] != comm.Get_size():  # MPI said success, but the result is wrong: count it as the fault
+            seen, seen_wall = time.monotonic(), time.time()
+            wrong += 1
+            say(f"rank {rank}: step {step}: WRONG RESULT with MPI_SUCCESS: sum {recv[0]} != size {comm.Get_size()}"
+                f" {seen - last_good:.3f}s after the last good step")
+            break
         last_good = time.monotonic()
         step += 1
         if last_good > deadline:
@@ -80,7 +83,7 @@ def main():
     size = new.Get_size()
     recv[0] = 0.0
     new.Allreduce(send, recv, op=MPI.SUM)
-    first = time.monotonic()
+    first, first_wall = time.monotonic(), time.time()
     if recv[0] != size:
         say(f"rank {rank}: first allreduce after shrink gave {recv[0]} != {size}")
         return 3
@@ -92,9 +95,10 @@ def main():
             return 3
     say(f"rank {rank}: survived: new rank {new.Get_rank()} of {size}, failed {failed}, "
         f"detect {detect:.3f}s revoke {t_rev - seen:.3f}s shrink {t_shr - t_rev:.3f}s "
-        f"first-allreduce {first - t_shr:.3f}s recover {first - seen:.3f}s total {first - last_good:.3f}s")
+        f"first-allreduce {first - t_shr:.3f}s recover {first - seen:.3f}s total {first - last_good:.3f}s "
+        f"error_at {seen_wall:.3f} first_good_at {first_wall:.3f} wrong_results {wrong}")
     new.Free()
-    return 0
+    return 3 if wrong else 0
 
 
 if __name__ == "__main__":
