@@ -29,8 +29,16 @@ SECONDS = float(os.environ.get("ULFM_SECONDS", "120"))
 PAUSE = float(os.environ.get("ULFM_PAUSE", "0.005"))
 
 
+LOG_DIR = os.environ.get("ULFM_LOG_DIR", "")  # also append each line to LOG_DIR/rank<R>.log (output
+# that a cut-off node's launcher daemon can no longer forward still lands on the shared file system)
+
+
 def say(msg):
-    print(f"[{time.time():.3f}] {msg}", flush=True)
+    line = f"[{time.time():.3f}] {msg}"
+    print(line, flush=True)
+    if LOG_DIR:
+        with open(os.path.join(LOG_DIR, f"rank{MPI.COMM_WORLD.Get_rank()}.log"), "a") as f:
+            f.write(line + "\n")
 
 
 def main():
