@@ -11,7 +11,7 @@ Exit 0 on a survivor that finished with correct results, 3 on a wrong sum (an Al
 returned MPI_SUCCESS with a wrong result counts as the fault, is reported as WRONG RESULT, and the
 survivor still revokes, shrinks and goes on), 4 on no fault seen within ULFM_SECONDS.
 
-    mpiexec --with-ft ulfm -n 4 python ulfm_survive.py    # with ULFM_VICTIMS=2 ULFM_KILL_STEP=50
+    mpiexec --with-ft ulfm -n 4 python ulfm_survive.py [LOG_DIR]   # with ULFM_VICTIMS=2 ULFM_KILL_STEP=50
 """
 import array
 import os
@@ -29,8 +29,9 @@ SECONDS = float(os.environ.get("ULFM_SECONDS", "120"))
 PAUSE = float(os.environ.get("ULFM_PAUSE", "0.005"))
 
 
-LOG_DIR = os.environ.get("ULFM_LOG_DIR", "")  # also append each line to LOG_DIR/rank<R>.log (output
-# that a cut-off node's launcher daemon can no longer forward still lands on the shared file system)
+# argv[1] (else ULFM_LOG_DIR): also append each line to <dir>/rank<R>.log, so that what the ranks of a
+# cut-off node print still lands on the shared file system (their launcher daemon cannot forward it)
+LOG_DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ULFM_LOG_DIR", "")
 
 
 def say(msg):
