@@ -27,6 +27,7 @@ KILL_STEP = int(os.environ.get("ULFM_KILL_STEP", "50"))
 AFTER = int(os.environ.get("ULFM_AFTER", "50"))
 SECONDS = float(os.environ.get("ULFM_SECONDS", "120"))
 PAUSE = float(os.environ.get("ULFM_PAUSE", "0.005"))
+SIGNAL = getattr(signal, "SIG" + os.environ.get("ULFM_SIGNAL", "KILL"))  # STOP: a hung rank, not a dead one
 
 
 # argv[1] (else ULFM_LOG_DIR): also append each line to <dir>/rank<R>.log, so that what the ranks of a
@@ -53,8 +54,8 @@ def main():
     step, last_good, deadline, wrong = 0, time.monotonic(), time.monotonic() + SECONDS, 0
     while True:
         if rank in VICTIMS and step == KILL_STEP:
-            say(f"rank {rank}: SIGKILL myself at step {step}")
-            os.kill(os.getpid(), signal.SIGKILL)
+            say(f"rank {rank}: {SIGNAL.name} myself at step {step}")
+            os.kill(os.getpid(), SIGNAL)
         try:
             recv[0] = 0.0
             comm.Allreduce(send, recv, op=MPI.SUM)
