@@ -12,10 +12,11 @@ written (docs/slurm.md, "When a rank or a node dies"):
 - node2's link down: an error only with ULFM's heartbeat detector on (``mpi_ft_detector``), after about
   its timeout; node1's ranks go on, and so do node2's (each side shrinks to its own two ranks: a split
   brain); prterun does not exit by itself afterwards (it waits for node2), so the test ends it;
-- every process of node2 killed (its PRRTE daemon with them): prterun ends the whole job ("PRTE has lost
-  communication with a remote daemon ... will terminate the job"): PRRTE 3.0 (Open MPI 5.0) aborts on any
-  daemon loss (errmgr/dvm); an expected failure until a PRRTE that tolerates lost daemons
-  (openpmix/prrte#2443) ships with Open MPI;
+- every process of node2 killed (its PRRTE daemon and the ssh stand-in with them): prterun ends the whole
+  job at once ("A daemon failed to report back"; "PRTE has lost communication with a remote daemon ... will
+  terminate the job" when the ssh session outlives the node): PRRTE 3.0 (Open MPI 5.0) aborts on any daemon
+  loss (errmgr/dvm); an expected failure until a PRRTE that tolerates lost daemons (openpmix/prrte#2443)
+  ships with Open MPI;
 - without ``--mca coll ^han`` a failure across nodes can make Allreduce return MPI_SUCCESS with a wrong sum
   (HAN, chosen on multi-node communicators, is not fault tolerant: open-mpi/ompi#13915); an expected failure.
 
@@ -210,9 +211,11 @@ def test_node2_link_down_is_never_reported_without_the_heartbeat_detector(tmp_pa
     assert not survivors, f"the survivors detected the cut link without mpi_ft_detector\n{text}"
 
 
-@pytest.mark.xfail(strict=True, reason="PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses a daemon "
-                   "('PRTE has lost communication with a remote daemon'), before the survivors can shrink; "
-                   "openpmix/prrte#2443 (tolerating lost daemons) is not in an Open MPI release yet")
+@pytest.mark.xfail(strict=True, reason="PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses its daemon on "
+                   "node2, before the survivors can shrink ('A daemon failed to report back' here, where the ssh "
+                   "stand-in dies with node2; 'PRTE has lost communication with a remote daemon' when the ssh "
+                   "session outlives it); openpmix/prrte#2443 (tolerating lost daemons) is not in an Open MPI "
+                   "release yet")
 def test_every_process_of_node2_killed_node1_ranks_shrink_and_go_on(tmp_path):
     survivors, text, took, exited = _run(tmp_path, "kill", NO_HAN + DETECTOR)
     _check_went_on(survivors, NODE1_RANKS, NODE2_RANKS, 2, text)
