@@ -15,6 +15,11 @@
 #                                              # started on node1 across the nodes: hostfile, ssh stand-in
 #                                              # launcher and the network settings added,
 #                                              # e.g. `mpiexec -n 4 -ppn 2 -- python x.py`
+#   bash slurm/sim_cluster.sh ompi-mpiexec [MPIEXEC ARGS] -- CMD...  # Open MPI 5's mpiexec (prterun), started
+#                                              # on node1 across the nodes: a hostfile with
+#                                              # HPC_C10D_SIM_SLOTS slots a node (default 2), PRRTE's ssh launcher
+#                                              # pointed at the stand-in, run-as-root and oversubscription allowed;
+#                                              # e.g. `ompi-mpiexec -n 4 --map-by ppr:2:node --with-ft ulfm -- python x.py`
 #   bash slurm/sim_cluster.sh srun [SRUN ARGS] -- CMD...      # srun in the head namespace, on this cluster's
 #                                              # slurmctld, e.g. `srun -N 2 --ntasks-per-node=2 --mpi=pmi2 -- python x.py`
 #   bash slurm/sim_cluster.sh link <node> down|up   # unplug / plug a node's cable (the bridge's end of its veth)
@@ -32,7 +37,11 @@
 # MPICH jobs get MPIR_CVAR_CH4_NETMOD=ofi and FI_PROVIDER=tcp unless the caller set them: the
 # wheel's default (UCX) silently uses shared memory between the namespaces, and UCX_TLS=tcp hangs.
 # Hydra reaches the nodes through a stand-in for ssh (<state dir>/bin/node-ssh) that enters the
-# target node's namespaces. SLURM: its own munged, slurm.conf (SLURM_CONF; /etc/slurm is not used)
+# target node's namespaces; Open MPI 5's prterun (`ompi-mpiexec`) uses the same stand-in as PRRTE's
+# plm_ssh_agent, and its MPI traffic between nodes takes the TCP BTL over eth0 (each node's /dev/shm
+# is its own, and PRRTE tells the ranks which node they are on). The stand-in becomes the remote
+# shell in the target node, so `kill <node>` ends a node's ssh session with it (on a real cluster
+# the ssh client lives on the launching node and ends when its connection does). SLURM: its own munged, slurm.conf (SLURM_CONF; /etc/slurm is not used)
 # and ports inside the namespaces, so it coexists with slurm/local_cluster.sh's localhost
 # cluster; proctrack/linuxproc, no cgroups.
 #
@@ -51,6 +60,9 @@
 #   HPC_C10D_SIM_WAIT    seconds to wait for the nodes to become idle (default 60)
 #   HPC_C10D_SIM_MPIEXEC the mpiexec the `mpiexec` command runs (default: beside `python` on PATH,
 #                        else beside python3, else PATH's mpiexec); must be MPICH's Hydra
+#   HPC_C10D_SIM_OMPI_MPIEXEC  the mpiexec `ompi-mpiexec` runs (default: HPC_C10D_SIM_MPIEXEC when that is
+#                        Open MPI's, else found as above); must be Open MPI 5's (PRRTE)
+#   HPC_C10D_SIM_SLOTS   slots a node has in ompi-mpiexec's hostfile (default 2)
 # A second cluster beside the first: HPC_C10D_SIM_PREFIX=simb HPC_C10D_SIM_SUBNET=10.78.0 ... up
 # (unset HPC_C10D_SIM_DIR if the first one's `env` set it in that shell).
 set -euo pipefail
@@ -593,6 +605,36 @@ cmd_mpiexec() {
     enter node1 "$mpiexec" -launcher ssh -launcher-exec "$LAUNCHER" "${hosts[@]}" "${MPI_OPTS[@]}" "${MPI_CMD[@]}"
 }
 
+find_ompi_mpiexec() {
+    local m
+    for m in "${HPC_C10D_SIM_OMPI_MPIEXEC:-}" "${HPC_C10D_SIM_MPIEXEC:-}"; do
+        [ -n "$m" ] && "$m" --version 2>&1 | grep -E 'Open MPI|PRRTE|prterun' >/dev/null && { echo "$m"; return; }
+    done
+    [ -n "${HPC_C10D_SIM_OMPI_MPIEXEC:-}" ] && die "HPC_C10D_SIM_OMPI_MPIEXEC=$HPC_C10D_SIM_OMPI_MPIEXEC is not Open MPI's mpiexec"
+    HPC_C10D_SIM_MPIEXEC="" find_mpiexec
+}
+
+# Open MPI 5's mpiexec (prterun) from node1 across the nodes, through PRRTE's ssh launcher.
+cmd_ompi_mpiexec() {
+    need_root
+    load_info || die "cluster $PREFIX is not up: \`bash $SCRIPT up\`"
+    local MPI_OPTS MPI_CMD mpiexec a hosts node slots="${HPC_C10D_SIM_SLOTS:-2}" hostfile
+    [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "HPC_C10D_SIM_SLOTS=$slots: give a positive number"
+    split_args MPI "$@"
+    mpiexec="$(find_ompi_mpiexec)"
+    "$mpiexec" --version 2>&1 | grep -E 'Open MPI|PRRTE|prterun' >/dev/null ||
+        die "$mpiexec is not Open MPI's mpiexec (set HPC_C10D_SIM_OMPI_MPIEXEC, or activate an Open MPI venv)"
+    hostfile="$STATE_DIR/hostfile-ompi-$slots"   # every node with $slots slots (PRRTE's hostfile syntax)
+    for node in $(node_names "$NNODES"); do echo "$node slots=$slots"; done >"$hostfile"
+    hosts=(--hostfile "$hostfile")
+    for a in "${MPI_OPTS[@]}"; do
+        case "$a" in --hostfile|-hostfile|--machinefile|-machinefile|--host|-host|-H) hosts=() ;; esac
+    done
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-:oversubscribe}"
+    enter node1 "$mpiexec" --prtemca plm_ssh_agent "$LAUNCHER" "${hosts[@]}" "${MPI_OPTS[@]}" "${MPI_CMD[@]}"
+}
+
 cmd_srun() {
     need_root
     load_info || die "cluster $PREFIX is not up: \`bash $SCRIPT up\`"
@@ -661,6 +703,7 @@ case "${1:-}" in
     env)     cmd_env ;;
     exec)    shift; cmd_exec "$@" ;;
     mpiexec) shift; cmd_mpiexec "$@" ;;
+    ompi-mpiexec) shift; cmd_ompi_mpiexec "$@" ;;
     srun)    shift; cmd_srun "$@" ;;
     link)    shift; cmd_link "$@" ;;
     kill)    shift; cmd_kill "$@" ;;

@@ -63,6 +63,7 @@ def test_up_refuses_bad_settings_before_touching_anything(tmp_path, args, env, m
 def test_unknown_command_prints_the_usage():
     proc = _script("frobnicate")
     assert proc.returncode == 2 and "sim_cluster.sh mpiexec [MPIEXEC ARGS] -- CMD..." in proc.stderr, proc.stderr
+    assert "sim_cluster.sh ompi-mpiexec [MPIEXEC ARGS] -- CMD..." in proc.stderr, proc.stderr
 
 
 def _run_suite_without_stages(tmp_path, *args, **env):

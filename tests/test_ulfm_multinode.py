@@ -1,0 +1,229 @@
+"""Surviving the loss of a rank or a node under ULFM (Open MPI 5, ``--with-ft ulfm``), on the designated
+simulated cluster (slurm/sim_cluster.sh), with raw mpi4py (tests/faults/ulfm_survive.py): no hpc_c10d.
+
+A 2-node x 2-rank job (``sim_cluster.sh ompi-mpiexec``: prterun on node1, PRRTE's ssh launcher through the
+cluster's stand-in) loops Allreduce on a Dup of COMM_WORLD with MPI.ERRORS_RETURN. The fault: a rank on
+node2 SIGKILLs itself, node2's link goes down, or every process of node2 is SIGKILLed. The survivors must
+get an MPI error (not a hang, not a wrong sum with MPI_SUCCESS), Revoke, Shrink and finish with correct
+sums on the smaller communicator (each prints "rank R: survived ..."). What was measured when these were
+written (docs/slurm.md, "When a rank or a node dies"):
+
+- a rank of node2 killed: survivors error within ~0.05 s and go on (test passes);
+- node2's link down: an error only with ULFM's heartbeat detector on (``mpi_ft_detector``), after about
+  its timeout; node1's ranks go on, and so do node2's (each side shrinks to its own two ranks: a split
+  brain); prterun does not exit by itself afterwards (it waits for node2), so the test ends it;
+- every process of node2 killed (its PRRTE daemon and the ssh stand-in with them): prterun ends the whole
+  job at once ("A daemon failed to report back"; "PRTE has lost communication with a remote daemon ... will
+  terminate the job" when the ssh session outlives the node): PRRTE 3.0 (Open MPI 5.0) aborts on any daemon
+  loss (errmgr/dvm); an expected failure until a PRRTE that tolerates lost daemons (openpmix/prrte#2443)
+  ships with Open MPI;
+- without ``--mca coll ^han`` a failure across nodes can make Allreduce return MPI_SUCCESS with a wrong sum
+  (HAN, chosen on multi-node communicators, is not fault tolerant: open-mpi/ompi#13915); an expected failure.
+
+Serial tests that start jobs of their own. They run only on a designated simulated cluster (``eval "$(bash
+slurm/sim_cluster.sh env)"``) with Open MPI as the MPI (the mpiexec beside this Python, or $MPIEXEC),
+else skip saying why; they never bring a cluster up or down; a link they take down is always put back
+up and every process of the job is gone when a test ends.
+"""
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import _launch
+from _launch import ROOT, SIM_SCRIPT, fresh_env, outer_world_size
+
+PROGRAM = os.path.join(ROOT, "tests", "faults", "ulfm_survive.py")
+START_S = 120  # launch to every rank looping (a loaded 2-core VM)
+BOUND_S = 60  # fault to node1's survivors reporting
+GONE_S = 20
+NODE1_RANKS, NODE2_RANKS = (0, 1), (2, 3)
+NO_HAN = ("--mca", "coll", "^han")
+# ULFM's heartbeat detector: a cut link is noticed after about its timeout (Shrink takes about twice
+# that); shorter settings gave false failures on a loaded 2-core VM
+DETECTOR = ("--mca", "mpi_ft_detector", "true", "--mca", "mpi_ft_detector_period", "1",
+            "--mca", "mpi_ft_detector_timeout", "4")
+SURVIVED = re.compile(r"rank (\d+): survived: new rank (\d+) of (\d+), failed \[([\d, ]*)\].*wrong_results (\d+)")
+
+
+def _problem():
+    if outer_world_size() > 1:
+        return "serial test that starts jobs itself; run without mpiexec"
+    if _launch.flavour().name != "openmpi":
+        return (f"ULFM needs Open MPI 5 (the MPI here is {_launch.flavour().name}: "
+                "MPIEXEC=<Open MPI's mpiexec> or an Open MPI venv)")
+    return _launch.sim_cluster_problem(nodes=2)
+
+
+pytestmark = pytest.mark.skipif(bool(_problem()), reason=_problem() or "-")
+
+
+def _env(**extra):
+    env = fresh_env(HPC_C10D_SIM_OMPI_MPIEXEC=_launch.mpiexec(), **extra)
+    env["HPC_C10D_SIM_DIR"] = _launch.sim_cluster_env()["HPC_C10D_SIM_DIR"]
+    env.pop("MPIR_CVAR_NOLOCAL", None)
+    return env
+
+
+def _sim(*args):
+    return subprocess.run(["timeout", "60", "bash", SIM_SCRIPT, *args], env=_env(), capture_output=True,
+                          text=True, timeout=90, stdin=subprocess.DEVNULL)
+
+
+def _logs(log_dir):
+    return {int(re.search(r"rank(\d+)\.log$", p).group(1)): open(p, errors="replace").read()
+            for p in glob.glob(os.path.join(log_dir, "rank*.log"))}
+
+
+def _survivors(log_dir):
+    """{world rank: (new rank, new size, failed ranks, wrong results)} of the ranks that report surviving."""
+    found = {}
+    for text in _logs(log_dir).values():
+        for m in SURVIVED.finditer(text):
+            failed = tuple(int(r) for r in m[4].replace(" ", "").split(",") if r)
+            found[int(m[1])] = (int(m[2]), int(m[3]), failed, int(m[5]))
+    return found
+
+
+def _job_pids(prefix, marks):
+    """Pids of processes in the cluster's namespaces whose command line holds one of ``marks``."""
+    inodes = set()
+    for path in glob.glob(f"/run/netns/{prefix}-*"):
+        try:
+            inodes.add(os.stat(path).st_ino)
+        except OSError:
+            pass
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino not in inodes:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(mark in cmd for mark in marks):
+            pids.append(int(pid))
+    return pids
+
+
+def _run(tmp_path, fault, mca=(), victims="", want=NODE1_RANKS, bound=BOUND_S):
+    """Start the job, wait for it to loop, inflict ``fault`` ('rank', 'link' or 'kill' on node2), wait until
+    the ranks in ``want`` report surviving (or ``bound`` seconds); clean everything up. Return (survivors, output,
+    seconds from the fault to the last report, whether the launcher had exited by itself)."""
+    prefix = _launch.sim_cluster_settings()["SIM_PREFIX"]
+    log_dir = str(tmp_path / "ranks")
+    os.makedirs(log_dir)
+    env = _env(ULFM_VICTIMS=victims, ULFM_KILL_STEP="200", ULFM_SECONDS=str(START_S + BOUND_S), ULFM_PAUSE="0.01")
+    cmd = ["bash", SIM_SCRIPT, "ompi-mpiexec", "-n", "4", "--map-by", "ppr:2:node", "--with-ft", "ulfm", *mca,
+           "--", sys.executable, PROGRAM, log_dir]
+    out_path = tmp_path / "launcher.out"
+    cut, took, exited = False, None, False
+    with open(out_path, "w") as out:
+        job = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+    marks = [log_dir, f"prterun-node1-{job.pid}@"]  # the ranks; prterun's daemons (its pid names their nspace)
+
+    def output():
+        ranks = "\n".join(f"--- rank {r} ---\n{t}" for r, t in sorted(_logs(log_dir).items()))
+        return f"$ {' '.join(cmd)}\n--- launcher ---\n{out_path.read_text(errors='replace')}\n{ranks}"
+
+    try:
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline and job.poll() is None:
+            if sum("looping" in t for t in _logs(log_dir).values()) == 4:
+                break
+            time.sleep(0.2)
+        assert sum("looping" in t for t in _logs(log_dir).values()) == 4, f"the job did not start\n{output()}"
+        time.sleep(0.5)
+        fault_at = time.monotonic()
+        if fault == "link":
+            cut = True
+            done = _sim("link", "node2", "down")
+            assert done.returncode == 0, done.stderr
+        elif fault == "kill":
+            done = _sim("kill", "node2")
+            assert done.returncode == 0, done.stderr
+        deadline = fault_at + bound
+        while time.monotonic() < deadline:
+            if set(want) <= set(_survivors(log_dir)):
+                took = time.monotonic() - fault_at
+                break
+            if job.poll() is not None and not _job_pids(prefix, [log_dir]):
+                break  # the job is over and no rank is left to report
+            time.sleep(0.2)
+        if took is not None:
+            try:
+                job.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        exited = job.poll() is not None
+    finally:
+        if cut:
+            restored = _sim("link", "node2", "up")
+            assert restored.returncode == 0, f"could not put node2's link back up: {restored.stderr}"
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.monotonic() + GONE_S
+        while True:  # prterun's daemons and the ranks, on every node
+            left = _job_pids(prefix, marks)
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert not _job_pids(prefix, marks), f"processes of the job left behind\n{output()}"
+    return _survivors(log_dir), output(), took, exited
+
+
+def _check_went_on(survivors, ranks, failed, size, text):
+    for r in ranks:
+        assert r in survivors, f"rank {r} did not report surviving\n{text}"
+        new_rank, new_size, lost, wrong = survivors[r]
+        assert (new_size, lost) == (size, tuple(failed)), (survivors[r], text)
+        assert wrong == 0, f"rank {r}: an Allreduce returned MPI_SUCCESS with a wrong sum\n{text}"
+    assert sorted(survivors[r][0] for r in ranks) == list(range(size)), (survivors, text)
+
+
+def test_a_rank_of_node2_sigkilled_the_other_three_shrink_and_go_on(tmp_path):
+    survivors, text, took, exited = _run(tmp_path, "rank", NO_HAN, victims="3", want=(0, 1, 2))
+    _check_went_on(survivors, (0, 1, 2), (3,), 3, text)
+    assert exited, f"the launcher did not exit after the survivors finished\n{text}"
+
+
+def test_node2_link_down_node1_ranks_shrink_and_go_on(tmp_path):
+    survivors, text, took, exited = _run(tmp_path, "link", NO_HAN + DETECTOR)
+    _check_went_on(survivors, NODE1_RANKS, NODE2_RANKS, 2, text)
+    # measured: node2's ranks also go on, as a world of their own (failed [0, 1]); prterun never exits
+
+
+def test_node2_link_down_is_never_reported_without_the_heartbeat_detector(tmp_path):
+    survivors, text, took, exited = _run(tmp_path, "link", NO_HAN, bound=20)
+    assert not survivors, f"the survivors detected the cut link without mpi_ft_detector\n{text}"
+
+
+@pytest.mark.xfail(strict=True, reason="PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses its daemon on "
+                   "node2, before the survivors can shrink ('A daemon failed to report back' here, where the ssh "
+                   "stand-in dies with node2; 'PRTE has lost communication with a remote daemon' when the ssh "
+                   "session outlives it); openpmix/prrte#2443 (tolerating lost daemons) is not in an Open MPI "
+                   "release yet")
+def test_every_process_of_node2_killed_node1_ranks_shrink_and_go_on(tmp_path):
+    survivors, text, took, exited = _run(tmp_path, "kill", NO_HAN + DETECTOR)
+    _check_went_on(survivors, NODE1_RANKS, NODE2_RANKS, 2, text)
+
+
+@pytest.mark.xfail(strict=True, reason="coll/han, chosen on communicators that span nodes, is not fault "
+                   "tolerant: Allreduce returned MPI_SUCCESS with a wrong sum on the survivors "
+                   "(open-mpi/ompi#13915); launch with --mca coll ^han")
+def test_default_collectives_report_the_failure_of_a_rank_on_node2(tmp_path):
+    survivors, text, took, exited = _run(tmp_path, "rank", (), victims="3", want=(0, 1, 2))
+    _check_went_on(survivors, (0, 1, 2), (3,), 3, text)
