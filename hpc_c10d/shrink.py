@@ -118,6 +118,10 @@ def survivors_communicator(pg: ProcessGroup, excluded: set[int], shrink_flags: i
         else:
             _agreed(comm, excluded, [], pg)
             return comm, False
+    if loss.cut_off:
+        raise RuntimeError(f"shrink_group: this rank is on the smaller side of group {pg._name!r}, cut off from "
+                           f"rank(s) {loss.failed}: the side with more than half of the ranks (or half with "
+                           "rank 0) goes on, this one cannot")
     # The survivors' communicator keeps the old order: drop the live ranks excluded too.
     failed = set(loss.failed)
     survivors = [r for r in range(pg._size) if r not in failed]

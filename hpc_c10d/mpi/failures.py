@@ -54,6 +54,14 @@ class Loss:
 
     failed: list[int]
     survivors: Any  # the shrunk communicator: the survivors, in their old order
+    size: int  # the group's size before
+
+    @property
+    def cut_off(self) -> bool:
+        """Whether these survivors are the smaller side: fewer than half of the group, or exactly half
+        without its rank 0. A cut link looks like a death from both sides, and only one may go on."""
+        alive = self.size - len(self.failed)
+        return 2 * alive < self.size or (2 * alive == self.size and 0 in self.failed)
 
 
 #: The losses of the groups that saw a rank die (under ULFM), by group.
@@ -67,18 +75,24 @@ def loss_of(pg: Any) -> Loss:
     if loss is None:
         ulfm.revoke(pg._comm)
         alive, failed = ulfm.survivors(pg._comm)
-        loss = losses[pg] = Loss(failed, alive)
+        loss = losses[pg] = Loss(failed, alive, pg._size)
     return loss
 
 
-def _process_failure(comm: Any, what: str) -> ProcessFailedError | None:
-    """The error for a dead rank in the group of ``comm``, under ULFM (None elsewhere)."""
+def _process_failure(comm: Any, what: str) -> DistBackendError | None:
+    """The error for a dead rank in the group of ``comm``, under ULFM (None elsewhere):
+    ProcessFailedError, or DistBackendError on the smaller side of a cut (``Loss.cut_off``)."""
     pg = next((pg for pg in _world.groups if pg._comm is not None and pg._comm == comm), None)
     if pg is None or not ulfm.enabled(MPI):
         return None
     loss = loss_of(pg)
     hosts = [flight_recorder.host_of(pg._global_ranks[r]) for r in loss.failed]
     where = ", ".join(f"{r} ({host})" if host else str(r) for r, host in zip(loss.failed, hosts))
+    if loss.cut_off:
+        return getattr(pg, "_backend_error", DistBackendError)(
+            f"{what}: this rank is among the {pg._size - len(loss.failed)} of group {pg._name!r}'s {pg._size} "
+            f"ranks cut off from the others (rank(s) {where} are dead or out of reach): the side with more than "
+            "half of the ranks, or half with rank 0, goes on; this one cannot")
     error = getattr(pg, "_process_failed_error", ProcessFailedError)
     return error(f"{what}: rank(s) {where} of group {pg._name!r} died; every survivor gets this error. "
                  "Go on without them: shrink_group(error.failed_ranks, group) on each survivor",

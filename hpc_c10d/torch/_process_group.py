@@ -97,6 +97,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
         instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
                    mismatch=dist.DistBackendError)
         self._inner._process_failed_error = ProcessFailedError  # type: ignore[attr-defined]
+        self._inner._backend_error = dist.DistBackendError  # type: ignore[attr-defined]
         self._is_world = not global_ranks
         adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
         self._finished = TorchWork(None, [])  # see _finished_work
