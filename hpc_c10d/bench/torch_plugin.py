@@ -78,7 +78,7 @@ def run_method(bench: Sweep, tdist: Any) -> list[Record]:
     tensor = torch.from_numpy(data)
     opts = tdist.AllreduceOptions()
     opts.asyncOp = False
-    steps = {PLUGIN: partial(_waited, tdist.group.WORLD.allreduce, [tensor], opts),
+    steps: dict[str, Callable[[], Any]] = {PLUGIN: partial(_waited, tdist.group.WORLD.allreduce, [tensor], opts),
              "mpi4py": partial(bench.comm.Allreduce, MPI.IN_PLACE, data)}
     wrong = {}
     for name, step in steps.items():
