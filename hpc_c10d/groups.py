@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import operator
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import BackendConfig
 from .lifecycle import instrument
 from .process_group import ProcessGroup
 from .timeouts import check_timeout
+
+if TYPE_CHECKING:
+    from .nccl.backend import NCCLBackend
 
 __all__ = [
     "new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group",
@@ -80,15 +83,20 @@ def _split_gpu_communicator(parent: ProcessGroup, color: int | None, child: Proc
     config = parent._config if backend is None else BackendConfig(backend)
     if parent.bound_device_id is None or "cuda" not in parent._transports or "cuda" not in config.device_backend_map:
         return
-    split = parent._gpu_transport()._split(color, child._rank if child is not None else 0,
-                                           child._size if child is not None else 0)
+    split = _gpu(parent)._split(color, child._rank if child is not None else 0,
+                                child._size if child is not None else 0)
     if child is None:
         return
     if split is None:
         child._bind_device(parent.bound_device_id)
     else:
         child.bound_device_id = parent.bound_device_id
-        child._gpu_transport()._adopt(split)
+        _gpu(child)._adopt(split)
+
+
+def _gpu(pg: ProcessGroup) -> NCCLBackend:
+    """``pg``'s CUDA transport, made on first use: NCCL's, or debug wrappers forwarding to it."""
+    return cast("NCCLBackend", pg._transport_for_device("cuda"))
 
 
 def _mpi() -> Any:

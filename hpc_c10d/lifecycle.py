@@ -15,6 +15,7 @@ from .backend import Backend, BackendConfig, is_backend_available
 from .errors import DistError
 from .mpi import bootstrap
 from .mpi.progress import progress
+from .nccl import device as nccl_device
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
 from .store import MPIStore, Store
@@ -35,6 +36,14 @@ __all__ = [
 _INIT_SCHEMES = ("env://", "tcp://", "file://", "mpi://")
 
 progress.activity = _world.operations_started  # the store's progress thread backs off while this grows
+
+
+def _node_local_rank() -> int | None:
+    """The default group's node-local rank, None while there is none (for ``nccl.bind_local_device``)."""
+    return _world.node_local_rank if _world.default_pg is not None else None
+
+
+nccl_device.node_local_rank = _node_local_rank
 
 
 def _check_init_method(init_method: str | None, store: Any) -> None:

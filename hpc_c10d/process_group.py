@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
@@ -18,9 +18,6 @@ from .arrays import device_type, plain_input, plain_output
 from .backend import BackendConfig, transport_factory
 from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
-
-if TYPE_CHECKING:
-    from .nccl.backend import NCCLBackend
 
 __all__ = ["ProcessGroup", "as_rank"]
 
@@ -177,26 +174,18 @@ class ProcessGroup(TorchProcessGroupAPI):
                 raise RuntimeError(f"no backend for device type {device!r} in group {self._name!r} "
                                    f"(backend config: {self._config})")
             transport = transport_factory(backend)(self.comm, self._timeout)
-            if device == "cpu":
-                transport.finish_within = self._finish_within
+            transport.finish_within = self._finish_within
             if self._wrap is not None:
                 transport = self._wrap(transport)
             self._transports[device] = transport
         return transport
 
     def _bind_device(self, device_id: Any) -> None:
-        """Remember the bound device; with a CUDA backend, create its NCCL communicator now
-        (collective over the group) instead of on the first GPU operation."""
+        """Remember the bound device; with a CUDA backend, have its transport set up for it now
+        (NCCL: its communicator, collective over the group) instead of on the first GPU operation."""
         self.bound_device_id = device_id
         if device_id is not None and "cuda" in self._config.device_backend_map:
-            from .nccl.device import device_index
-
-            self._gpu_transport()._connect(device_index(device_id))
-
-    def _gpu_transport(self) -> NCCLBackend:
-        """The group's CUDA transport, made on first use: NCCL's, or debug wrappers forwarding to it
-        (``"cuda" in self._transports`` tells whether it exists yet)."""
-        return cast("NCCLBackend", self._transport_for_device("cuda"))
+            self._transport_for_device("cuda")._bind(device_id)
 
     def _wrap_transports(self, wrap: Callable[[Transport], TransportWrapper]) -> None:
         """Put ``wrap`` around every transport of this group, present and future (debug aids);

@@ -96,6 +96,10 @@ class Transport(abc.ABC):
     def recv(self, buf, peer, tag, async_op, user):
         """Receive into ``buf`` from group rank ``peer`` (None: any); blocking returns the source."""
 
+    def _bind(self, device_id: Any) -> None:  # noqa: B027 - not abstract: a transport with no device state keeps it
+        """Set up for device ``device_id`` now (collective over the group) rather than on first use
+        (the group's ``device_id``; a leading underscore, so debug wrappers pass it through unrecorded)."""
+
     def close(self) -> None:  # noqa: B027 - not abstract: a transport with nothing to release keeps it
         """Release the transport's resources."""
 

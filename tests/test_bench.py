@@ -477,7 +477,8 @@ def test_torch_backend_against_gloo_and_mpi4py_with_a_ddp_step(tmp_path):
     _, doc, _ = _bench(2, ["torch", "--ops", "all_reduce,all_gather", "--ddp-batch", "4", *TINY], tmp_path)
     collectives = [r for r in doc["results"] if not r["op"].startswith("DDP")]
     assert {(r["op"], r["impl"]) for r in collectives} == {
-        (op, impl) for op in ("all_reduce", "all_gather") for impl in ("plugin", "mpi4py", "gloo")}
+        (op, impl) for op in ("all_reduce", "all_gather") for impl in ("plugin", "mpi4py", "gloo")} | {
+        ("ProcessGroupHPC.allreduce", impl) for impl in ("plugin", "mpi4py")}
     assert all(r["wrong"] == 0 and r["us_max"] > 0 for r in collectives)
     ddp = [r for r in doc["results"] if r["op"].startswith("DDP")]
     assert {r["impl"] for r in ddp} == {"plugin", "gloo", "local"} and all(r["us_max"] > 0 for r in ddp)

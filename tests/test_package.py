@@ -1,8 +1,10 @@
-"""Packaging promises: a light import, the info command, optional dependencies stay optional, and
-pyproject.toml agrees with itself (one version, py.typed shipped, one oldest Python, one ruff).
+"""Packaging promises: a light import, no import cycle among the package's modules, the info command,
+optional dependencies stay optional, and pyproject.toml agrees with itself (one version, py.typed
+shipped, one oldest Python, one ruff).
 
 Building and installing the wheel is .ci/check_package's job (too slow for the suite)."""
 
+import ast
 import os
 import re
 import shutil
@@ -42,6 +44,97 @@ def test_import_starts_nothing_heavy():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == SOURCE_VERSION
+
+
+def _module_level(tree: ast.Module) -> list[ast.stmt]:
+    """The statements run at import time or read by type checkers: the module's body and what
+    ``if`` (``TYPE_CHECKING`` too) and ``try`` hold there, not function or class bodies."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            todo += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+            todo += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+    return found
+
+
+def _package_imports(lazy: bool = True) -> dict[str, set[str]]:
+    """Each module of hpc_c10d -> the package modules it imports, read from the source: anywhere
+    (``lazy``: inside functions too), else at module level (``TYPE_CHECKING`` blocks included)."""
+    modules = {}
+    for path in (ROOT / "hpc_c10d").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    imports = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree) if lazy else _module_level(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                start = f"{base}.{node.module}" if node.level and node.module else node.module or base
+                targets = [f"{start}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:  # the deepest package module named
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+        imports[name] = found
+    return imports
+
+
+def _cycle(imports: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among ``imports``, as the modules along it, or None."""
+    state: dict[str, str] = {}
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(imports[module]):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        state[module] = "done"
+        path.pop()
+        return None
+
+    for module in sorted(imports):
+        if module not in state:
+            found = visit(module)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_of_the_package_imports_itself_back():
+    """Layers, not circles: through its module-level imports (``TYPE_CHECKING`` ones included), no
+    module of hpc_c10d reaches itself again. (Imports inside functions are left out here; the
+    transports' are held to the stricter rule below.)"""
+    cycle = _cycle(_package_imports(lazy=False))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_transports_are_injected_and_read_no_package_state():
+    """The groups get both transports from the registry (backend.py), so process_group imports
+    neither; the NCCL transport is handed what it needs, so nothing in nccl/ reads the package's
+    state. Imports inside functions count."""
+    imports = _package_imports()
+    assert not {m for m in imports["hpc_c10d.process_group"] if m.startswith(("hpc_c10d.nccl", "hpc_c10d.mpi"))}
+    upward = {"hpc_c10d._state", "hpc_c10d.logs", "hpc_c10d.process_group", "hpc_c10d.lifecycle", "hpc_c10d"}
+    reaching = {name: sorted(imports[name] & upward) for name in imports if name.startswith("hpc_c10d.nccl")}
+    assert not any(reaching.values()), reaching
 
 
 def test_works_without_torch_installed():

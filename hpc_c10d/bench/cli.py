@@ -187,6 +187,8 @@ def _measure(args: argparse.Namespace, bench: Sweep, tdist: Any, gloo: Any) -> l
     if args.bench == "checkpoint":
         return checkpoint.run(bench, args.size, args.dir, [c for c in args.compare if c in checkpoint.TORCH_SAVERS])
     records = collectives.run(bench, args.ops, args.sizes, args.factor, _dtype(args.dtype), args.redop, args.bench)
+    if args.bench == "torch":
+        records += torch_plugin.run_method(bench, tdist)
     if args.bench == "torch" and args.ddp_batch:
         records += torch_plugin.run_ddp(bench, gloo, args.ddp_batch)
     return records

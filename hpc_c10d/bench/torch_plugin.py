@@ -1,17 +1,19 @@
 """torch programs on hpc_c10d: torch.distributed's own calls on backend ``"hpc"`` (the plugin,
-``hpc_c10d.torch``) against gloo over the same ranks and raw mpi4py, then a DDP training step on
-each (and the same step without DDP)."""
+``hpc_c10d.torch``) against gloo over the same ranks and raw mpi4py, the backend's own all-reduce
+method against raw mpi4py, then a DDP training step on each (and the same step without DDP)."""
 
 from __future__ import annotations
 
 from functools import partial
 from typing import Any, Callable
 
+import numpy as np
+
 from .report import Record
 from .sweep import Sweep
 from .torch_side import single_host
 
-__all__ = ["start", "OnGroup", "run_ddp", "step_of", "PLUGIN", "GLOO"]
+__all__ = ["start", "OnGroup", "run_method", "run_ddp", "step_of", "PLUGIN", "GLOO"]
 
 PLUGIN, GLOO = "plugin", "gloo"
 
@@ -59,6 +61,32 @@ def step_of(torch: Any, model: Any, x: Any, y: Any) -> Callable[[], None]:
         optimizer.step()
 
     return step
+
+
+def _waited(method: Callable[..., Any], *args: Any) -> None:
+    method(*args).wait()
+
+
+def run_method(bench: Sweep, tdist: Any) -> list[Record]:
+    """The backend's own method, ``ProcessGroupHPC.allreduce([t], opts).wait()`` with ``asyncOp``
+    false (what torch's wrapper and its C++ callers call), against raw mpi4py's ``Allreduce`` on the
+    same 8 bytes: the backend's cost per call without torch's Python wrapper. Both are checked first."""
+    import torch
+    from mpi4py import MPI
+
+    data = np.ones(2, np.float32)
+    tensor = torch.from_numpy(data)
+    opts = tdist.AllreduceOptions()
+    opts.asyncOp = False
+    steps: dict[str, Callable[[], Any]] = {PLUGIN: partial(_waited, tdist.group.WORLD.allreduce, [tensor], opts),
+             "mpi4py": partial(bench.comm.Allreduce, MPI.IN_PLACE, data)}
+    wrong = {}
+    for name, step in steps.items():
+        data[:] = 1
+        step()
+        wrong[name] = bench.comm.allreduce(int(np.count_nonzero(data != bench.size)), op=MPI.SUM)
+    return bench.records(bench.measure(steps), wrong, bench="torch", op="ProcessGroupHPC.allreduce",
+                         bytes=data.nbytes, count=data.size, dtype="float32", redop="sum")
 
 
 def run_ddp(bench: Sweep, gloo: Any, batch: int) -> list[Record]:

@@ -17,17 +17,18 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import logging
 import time
 from functools import partial
 from typing import Any, Callable, Sequence
 
 from ..errors import DistBackendError
-from ..logs import logger
 from ..transport import Transport, displacements
 from ..work import Work
 from . import cuda, library
 from .buffers import DeviceBuffer, as_device_buffer, contiguous_input
 from .comm import Communicator
+from .device import device_index
 from .dtypes import BYTES, nccl_reduction
 from .work import CUDAWork
 
@@ -99,6 +100,10 @@ class NCCLBackend(Transport):
         return buf
 
     # ---- communicators --------------------------------------------------------------------
+    def _bind(self, device_id: Any) -> None:
+        """Create the group's communicator on ``device_id`` now (collective over the group)."""
+        self._connect(device_index(device_id))
+
     def _connect(self, device: int) -> Communicator:
         """The group's communicator on ``device``; creating it is collective over the group."""
         comm = self._comms.get(device)
@@ -484,6 +489,7 @@ class NCCLBackend(Transport):
             raise DistBackendError("; ".join(map(str, errors)))
 
 
+_logger = logging.getLogger("hpc_c10d")  # the package's (logs.py adds the rank to its records)
 _EXIT_WAIT_S = 10.0  # at interpreter exit, how long operations still queued get before NCCL is aborted
 _CLOSE_POLL_S = 1e-3
 _open: dict[NCCLBackend, None] = {}  # backends not closed yet, oldest first
@@ -496,7 +502,7 @@ def _close_at_exit() -> None:
     left = [backend for backend in reversed(_open) if backend._communicators()]  # subgroups first
     if not left:
         return
-    logger.warning("destroy_process_group() was not called before the program ended, which can leave GPU "
+    _logger.warning("destroy_process_group() was not called before the program ended, which can leave GPU "
                    "operations unfinished and resources held: aborting the NCCL communicators of %d group(s) "
                    "now, after up to %g s for their queued operations. Call destroy_process_group() at the end "
                    "of the program.", len(left), _EXIT_WAIT_S)
@@ -504,7 +510,7 @@ def _close_at_exit() -> None:
         try:
             backend.close(min(_EXIT_WAIT_S, backend._timeout_s or _EXIT_WAIT_S), destroy=False)
         except DistBackendError as exc:
-            logger.warning("closing NCCL at exit: %s", exc)
+            _logger.warning("closing NCCL at exit: %s", exc)
 
 
 atexit.register(_close_at_exit)  # before MPI's finalisation, registered when MPI started

@@ -8,7 +8,7 @@ rank sees a single device 0 and the formula still picks it.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from . import cuda
 
@@ -23,15 +23,23 @@ def local_device(node_local_rank: int, visible: int) -> int:
     return node_local_rank % visible
 
 
+def _no_default_group() -> int | None:
+    return None
+
+
+#: This rank's node-local rank in the default group, or None while there is none. The package
+#: installs it (``lifecycle``), as it hands each group its transports: nothing in ``nccl/`` reads
+#: the package's state.
+node_local_rank: Callable[[], int | None] = _no_default_group
+
+
 def bind_local_device() -> int:
     """Make this rank's GPU current (in CuPy, and in torch if it is imported) and return its index.
 
     Call after ``init_process_group()``; pass the result as ``device_id`` to bind NCCL eagerly.
     """
-    from .._state import _world
-
-    local_rank = _world.node_local_rank
-    if _world.default_pg is None or local_rank is None:
+    local_rank = node_local_rank()
+    if local_rank is None:
         raise ValueError("bind_local_device() needs the default process group: call init_process_group() first")
     device = local_device(local_rank, cuda.device_count())
     cuda.cupy().cuda.Device(device).use()

@@ -12,7 +12,7 @@ from mpi4py import MPI
 from ..arrays import bfloat16
 from ..reduce_op import RedOpType, _make_nccl_premul_sum
 
-__all__ = ["to_hpc_op", "cpu_buffer", "as_view", "as_views", "dtype_code"]
+__all__ = ["to_hpc_op", "PLAIN_OPS", "cpu_buffer", "as_view", "as_views", "dtype_code"]
 
 _TORCH_OPS = {getattr(dist.ReduceOp.RedOpType, op.name): op for op in RedOpType}
 
@@ -34,17 +34,22 @@ def dtype_code(dtype: torch.dtype) -> int:
 
 
 _fromaddress = MPI.buffer.fromaddress
-# torch's ReduceOp hashes to its op type's value (its binding's __hash__): hash() costs less than
-# reading ``op.op`` or comparing with ``==`` (each a call into the binding that makes an object)
-_BY_HASH = {kind.value: op for kind, op in _TORCH_OPS.items()}
+#: hash of a torch ``ReduceOp`` -> hpc_c10d's op, for every op but PREMUL_SUM (which carries a
+#: factor). torch's ReduceOp hashes to its op type's value (its binding's __hash__): hash() costs
+#: less than reading ``op.op`` or comparing with ``==`` (each a call into the binding that makes an
+#: object). A hot path looks its op up here and calls ``to_hpc_op`` only on a miss.
+PLAIN_OPS = {kind.value: op for kind, op in _TORCH_OPS.items() if op is not RedOpType.PREMUL_SUM}
 
 
 def to_hpc_op(op: Any) -> Any:
     """Return hpc_c10d's op for a torch ``ReduceOp`` (PREMUL_SUM keeps its factor)."""
-    kind = _BY_HASH[hash(op)]
-    if kind is RedOpType.PREMUL_SUM:  # torch < 2.13 has no ``factor``: its pickled state holds it
-        return _make_nccl_premul_sum(op.factor if hasattr(op, "factor") else op.__getstate__()[1])
-    return kind
+    kind = PLAIN_OPS.get(hash(op))
+    if kind is not None:
+        return kind
+    if hash(op) != RedOpType.PREMUL_SUM.value:
+        raise ValueError(f"backend 'hpc' has no reduction for {op!r}")
+    # torch < 2.13 has no ``factor``: the pickled state holds it
+    return _make_nccl_premul_sum(op.factor if hasattr(op, "factor") else op.__getstate__()[1])
 
 
 def cpu_buffer(tensor: torch.Tensor) -> Any:
