@@ -52,6 +52,11 @@ def my_batch(step: int, rank: int, size: int) -> np.ndarray:
     return np.array_split(chosen, size)[rank]
 
 
+def mse_gradient(weights: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The gradient of the mean squared error over the samples ``x``, ``y``."""
+    return 2 * x.T @ (x @ weights - y) / len(y)
+
+
 def my_slice(rank: int, size: int) -> slice:
     """The weights whose momentum this rank keeps."""
     bounds = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(FEATURES), size)])
@@ -72,7 +77,7 @@ class NumpyTrainer:
         return np.zeros(n)
 
     def gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        grad = 2 * x.T @ (x @ self.weights - y) / len(y)
+        grad = mse_gradient(self.weights, x, y)
         self.dist.all_reduce(grad, op=self.dist.ReduceOp.AVG)
         return grad
 
@@ -168,11 +173,11 @@ def main() -> None:
         except trainer.failure as caught:
             error = lost_ranks(caught)
             marks = {"step began": began, "detected": time.monotonic()}
-            if rank == 0:
-                print(f"step {step}: lost rank(s) {error.failed_ranks} on {error.failed_hosts}", flush=True)
             dist.shrink_group(error.failed_ranks)  # the default group: renumbered 0..n-1
             trainer.rebuild()
             marks["shrunk"] = time.monotonic()
+            if dist.get_rank() == 0:
+                print(f"step {step}: lost rank(s) {error.failed_ranks} on {error.failed_hosts}", flush=True)
     if rank == 0:
         loss = float(np.mean((data[0] @ np.asarray(trainer.weights) - data[1]) ** 2))
         print(f"finished {args.steps} steps on {size} ranks: loss {loss:.6f}, saved in {args.checkpoint}",
