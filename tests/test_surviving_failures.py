@@ -102,7 +102,7 @@ def test_survivors_finish_as_a_restart_from_the_last_checkpoint(tmp_path, torch_
                  f"finished {STEPS} steps on {nprocs - 1} ranks"):
         assert line in output, output
     assert_equals_reference(tmp_path, nprocs, resumed, output)
-    assert sorted(os.listdir(tmp_path)) == ["surviving.h5"], output
+    assert [f for f in os.listdir(tmp_path) if f.startswith("surviving")] == ["surviving.h5"], output  # no .partial
 
 
 @pytest.mark.skipif(mpiexec() is None or flavour().name != "mpich",
