@@ -75,9 +75,11 @@ class NumpyTrainer:
         self.weights = np.zeros(FEATURES)
 
     def zeros(self, n: int) -> np.ndarray:
+        """An array of ``n`` zeros of this flavour."""
         return np.zeros(n)
 
     def gradient(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The gradient over this rank's samples, averaged over the ranks."""
         grad = mse_gradient(self.weights, x, y)
         self.dist.all_reduce(grad, op=self.dist.ReduceOp.AVG)
         return grad
@@ -101,9 +103,11 @@ class TorchTrainer:
         self.rebuild()
 
     def zeros(self, n: int) -> Any:
+        """A tensor of ``n`` zeros of this flavour."""
         return self.torch.zeros(n, dtype=self.torch.float64)
 
     def gradient(self, x: np.ndarray, y: np.ndarray) -> Any:
+        """The gradient over this rank's samples, averaged over the ranks."""
         self.module.zero_grad()
         out = self.ddp(self.torch.from_numpy(x)).view(-1)
         self.torch.nn.functional.mse_loss(out, self.torch.from_numpy(y)).backward()  # DDP all_reduces here
