@@ -11,8 +11,8 @@ from _launch import ROOT, launch, mpiexec, outer_world_size
 
 DOCS = Path(ROOT) / "docs"
 # The user's guide: the pages of the index's first table of contents but its two tables.
-GUIDE = ["install", "launching", "slurm", "gpus", "checkpoints", "torch_backend", "frameworks", "stores", "hangs",
-         "testing_your_code", "benchmarks", "scaling", "measurements", "differences"]
+GUIDE = ["install", "launching", "slurm", "gpus", "checkpoints", "surviving_failures", "torch_backend", "frameworks",
+         "stores", "hangs", "testing_your_code", "benchmarks", "scaling", "measurements", "differences"]
 
 
 def _pyproject():
@@ -64,3 +64,11 @@ def test_the_stores_page_program_runs_as_written(tmp_path):
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     # mpiexec forwards the ranks' lines as they come: one may land inside the other
     assert sorted(re.findall(r"rank \d: epoch \d", proc.stdout)) == ["rank 0: epoch 3", "rank 1: epoch 3"], proc.stdout
+
+
+def test_the_surviving_failures_page_quotes_its_example_as_it_is():
+    text = (DOCS / "surviving_failures.md").read_text()
+    walk_through = text[text.index("## The worked example"):]
+    blocks = re.findall(r"^```python\n(.*?)^```$", walk_through, re.M | re.S)
+    example = (Path(ROOT) / "examples" / "surviving_failures.py").read_text()
+    assert len(blocks) == 3 and all(block in example for block in blocks)
