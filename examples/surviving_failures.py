@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from hpc_c10d import checkpoint
+from hpc_c10d import ProcessFailedError, checkpoint
 
 FEATURES, SAMPLES, BATCH = 16, 4096, 32  # BATCH samples per rank and step
 LR, BETA = 0.05, 0.9
@@ -70,7 +70,7 @@ class NumpyTrainer:
     def __init__(self) -> None:
         import hpc_c10d as dist
 
-        self.dist, self.failure = dist, dist.ProcessFailedError
+        self.dist = dist
         dist.init_process_group()
         self.weights = np.zeros(FEATURES)
 
@@ -95,7 +95,7 @@ class TorchTrainer:
         import torch
         import torch.distributed as dist
 
-        self.torch, self.dist, self.failure = torch, dist, dist.DistBackendError
+        self.torch, self.dist = torch, dist
         dist.init_process_group("hpc")
         self.module = torch.nn.Linear(FEATURES, 1, bias=False, dtype=torch.float64)
         torch.nn.init.zeros_(self.module.weight)
@@ -175,8 +175,7 @@ def main() -> None:
                 if state["step"] % args.every == 0 or state["step"] == args.steps:
                     checkpoint.save(state, args.checkpoint)
             break
-        except trainer.failure as caught:
-            error = lost_ranks(caught)
+        except ProcessFailedError as error:  # torch flavour: torch's DistBackendError too
             marks = {"step began": began, "detected": time.monotonic()}
             dist.shrink_group(error.failed_ranks)  # the default group: renumbered 0..n-1
             trainer.rebuild()
@@ -188,18 +187,6 @@ def main() -> None:
         print(f"finished {args.steps} steps on {size} ranks: loss {loss:.6f}, saved in {args.checkpoint}",
               flush=True)
     dist.destroy_process_group()
-
-
-def lost_ranks(error: BaseException) -> Any:
-    """The error that names the dead ranks (``failed_ranks``): ``error``, or the one it was raised
-    from (torch's ``Work.wait``, as DDP calls it, wraps it in a plain DistBackendError: hpc_c10d
-    4a20741); re-raise ``error`` when no rank died."""
-    cause: BaseException | None = error
-    while cause is not None and not hasattr(cause, "failed_ranks"):
-        cause = cause.__cause__
-    if cause is None:
-        raise error
-    return cause
 
 
 def report(marks: dict[str, float]) -> None:

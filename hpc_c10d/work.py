@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import DistBackendError
 
-__all__ = ["Work", "ReceiveWork", "Future", "combine_works", "spin"]
+__all__ = ["Work", "ReceiveWork", "Future", "WaitTimedOut", "combine_works", "spin"]
 
 _SPIN_S = 2e-4  # a bounded wait tests without sleeping this long first (a sleep costs ~50 us)
 _POLL_START_S = 1e-6
@@ -22,6 +22,10 @@ def spin(test: Callable[[], bool], seconds: float = _SPIN_S) -> bool:
         if time.monotonic() > end:
             return False
     return True
+
+
+class WaitTimedOut(DistBackendError):
+    """``Work.wait(timeout)`` ran out of time (the operation may still complete later)."""
 
 
 class Future:
@@ -111,7 +115,7 @@ class Work:
     staging buffer. ``result()`` and the future's value are the output arrays, as in torch.
     """
 
-    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future", "_comm")
+    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future", "_failure")
 
     _status: Any = None  # receives (``ReceiveWork``) fill an MPI status
     _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
@@ -124,10 +128,10 @@ class Work:
         outputs: list | None = None,
         finish: Callable[[], None] | None = None,
         keep: Any = None,
-        comm: Any = None,
+        failure: Callable[[BaseException], BaseException | None] | None = None,
     ) -> None:
         self._requests = requests
-        self._comm = comm  # the communicator the requests run on: names an MPI error's group
+        self._failure = failure  # the error to raise for one out of the requests (the transport's), or None
         self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
@@ -186,15 +190,12 @@ class Work:
             raise
 
     def _raise_failure(self, exc: Exception) -> None:
-        """Raise ``mpi_failure``'s error for an error out of MPI where the communicator is known;
-        otherwise return (the caller re-raises ``exc`` for a caller that knows the communicator)."""
-        if self._comm is not None:
-            from mpi4py import MPI
-
-            from .mpi.failures import mpi_failure
-
-            if isinstance(exc, MPI.Exception):
-                raise mpi_failure(exc, self._comm) from exc
+        """Raise the transport's error for ``exc`` out of the requests, where it has one (an MPI
+        error: which operation, and under ULFM which ranks died); otherwise return."""
+        if self._failure is not None:
+            error = self._failure(exc)
+            if error is not None:
+                raise error from exc
 
     def wait(self, timeout: timedelta | float | None = None) -> bool:
         """Block until the operation finishes; with ``timeout``, raise DistBackendError past it."""
@@ -224,7 +225,7 @@ class Work:
             return
         while not self._test():
             if time.monotonic() > deadline:
-                raise DistBackendError(f"{self.op_name}: Timed out after {seconds:g} s waiting for the "
+                raise WaitTimedOut(f"{self.op_name}: Timed out after {seconds:g} s waiting for the "
                                        f"other ranks (Work.wait)")
             time.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
@@ -268,8 +269,9 @@ class ReceiveWork(Work):
     __slots__ = ("_status",)
     op_name = "recv"
 
-    def __init__(self, request: Any, outputs: list, keep: Any, status: Any, comm: Any = None) -> None:
-        super().__init__([request], outputs, None, keep, comm)
+    def __init__(self, request: Any, outputs: list, keep: Any, status: Any,
+                 failure: Callable[[BaseException], BaseException | None] | None = None) -> None:
+        super().__init__([request], outputs, None, keep, failure)
         self._status = status
 
     def _source_rank(self) -> int:
@@ -313,4 +315,4 @@ def combine_works(works: Sequence[Work], outputs: list) -> Work:
             if not work._done:
                 work._complete()
 
-    return Work(requests, outputs, finish, list(works), works[0]._comm if works else None)
+    return Work(requests, outputs, finish, list(works), works[0]._failure if works else None)

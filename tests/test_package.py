@@ -46,22 +46,9 @@ def test_import_starts_nothing_heavy():
     assert result.stdout.strip() == SOURCE_VERSION
 
 
-def _module_level(tree: ast.Module) -> list[ast.stmt]:
-    """The statements run at import time or read by type checkers: the module's body and what
-    ``if`` (``TYPE_CHECKING`` too) and ``try`` hold there, not function or class bodies."""
-    found, todo = [], list(tree.body)
-    while todo:
-        node = todo.pop()
-        found.append(node)
-        if isinstance(node, (ast.If, ast.Try)):
-            todo += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
-            todo += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
-    return found
-
-
-def _package_imports(lazy: bool = True) -> dict[str, set[str]]:
-    """Each module of hpc_c10d -> the package modules it imports, read from the source: anywhere
-    (``lazy``: inside functions too), else at module level (``TYPE_CHECKING`` blocks included)."""
+def _package_imports() -> dict[str, set[str]]:
+    """Each module of hpc_c10d -> the package modules it imports anywhere in it (inside functions
+    and ``TYPE_CHECKING`` blocks too), read from the source."""
     modules = {}
     for path in (ROOT / "hpc_c10d").rglob("*.py"):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
@@ -71,7 +58,7 @@ def _package_imports(lazy: bool = True) -> dict[str, set[str]]:
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         found = set()
         tree = ast.parse(path.read_text())
-        for node in ast.walk(tree) if lazy else _module_level(tree):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -119,10 +106,9 @@ def _cycle(imports: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_module_of_the_package_imports_itself_back():
-    """Layers, not circles: through its module-level imports (``TYPE_CHECKING`` ones included), no
-    module of hpc_c10d reaches itself again. (Imports inside functions are left out here; the
-    transports' are held to the stricter rule below.)"""
-    cycle = _cycle(_package_imports(lazy=False))
+    """Layers, not circles: through its imports (module-level, ``TYPE_CHECKING`` and inside
+    functions), no module of hpc_c10d reaches itself again."""
+    cycle = _cycle(_package_imports())
     assert cycle is None, " -> ".join(cycle)
 
 

@@ -77,6 +77,18 @@ def test_the_stores_progress_thread_ends_quietly():
     assert "Exception in thread" not in output, output
 
 
+@needs_ulfm
+@pytest.mark.skipif(importlib.util.find_spec("h5py") is None, reason="h5py is not installed")
+def test_a_rank_dying_inside_a_checkpoint_save(tmp_path):
+    # the save's own communicator is revoked, so every survivor leaves it with the group's error
+    status, results, output = _run("lost_in_checkpoint.py", 4, tmp_path, 1)
+    assert status == 0, output
+    assert [r["world_rank"] for r in results] == [0, 2, 3], output
+    for r in results:
+        assert r["failed_ranks"] == [1] and r["size"] == 3, output
+        assert r["step"] == 1 and r["w"] == [float(q) for q in range(4) for _ in range(4)], output  # the last save
+
+
 @pytest.mark.parametrize("nprocs, victim", [(3, 1), (4, 3)])
 def test_a_live_rank_left_out_with_any_mpi(nprocs, victim):
     # No failure: the survivors build the default group among themselves (Comm.Create_group); the

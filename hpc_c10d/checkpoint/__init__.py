@@ -43,18 +43,33 @@ def _h5py() -> Any:
     return h5py
 
 
-def _communicator(group: Any) -> Any:
+def _member(group: Any) -> Any:
     pg = resolve_group(group)
     if pg is None:
         raise ValueError("checkpoint: this rank is not a member of the group; call it on the members only")
-    return pg.comm.Dup()
+    return pg
+
+
+def _failure(exc: Any, comm: Any, pg: Any) -> Exception:
+    """The error for an MPI one on the checkpoint's communicator: where a rank died (ULFM), that
+    communicator is revoked, so every rank's exchange on it ends, and the group's failure is raised
+    (every survivor gets the same ProcessFailedError); else ``mpi_failure``'s."""
+    from mpi4py import MPI
+
+    from ..mpi import failures, ulfm
+
+    if ulfm.enabled(MPI) and ulfm.is_process_failure(MPI, exc.Get_error_class()):
+        ulfm.revoke(comm)
+        return failures.mpi_failure(exc, pg._comm)
+    return failures.mpi_failure(exc, comm)
 
 
 @contextlib.contextmanager
 def _agreed(state: dict, group: Any) -> Iterator[tuple[Any, list, list]]:
     """The checkpoint's own communicator, and the plan ((leaf, extents) per leaf) and values of
     ``state`` once every rank has agreed on them (else the same error on every rank)."""
-    comm = _communicator(group)
+    pg = _member(group)
+    comm = pg.comm.Dup()
     try:
         try:
             found = list(leaves(state))
@@ -63,6 +78,12 @@ def _agreed(state: dict, group: Any) -> Iterator[tuple[Any, list, list]]:
             found, mine = [], exc
         extents = agree(mine, comm)  # raises on every rank if one could not read its state
         yield comm, [(leaf, e) for (leaf, _), e in zip(found, extents)], [value for _, value in found]
+    except Exception as exc:
+        from mpi4py import MPI  # loaded already: the communicator is MPI's
+
+        if not isinstance(exc, MPI.Exception):
+            raise
+        raise _failure(exc, comm, pg) from exc
     finally:
         comm.Free()
 

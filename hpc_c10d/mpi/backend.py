@@ -23,7 +23,7 @@ from ..arrays import as_input, as_output
 from ..reduce_op import RedOpType
 from ..transport import Transport, displacements
 from ..work import ReceiveWork, Work
-from .failures import mpi_failure, short_receive
+from .failures import failure_of, mpi_failure, short_receive
 from .ops import REDUCTIONS, mpi_datatype, reduction
 from .scattered import address, apart, lay_out, place
 from .staging import SEND_STAGE_MAX_BYTES, STAGE_MAX_BYTES, Staging, landing_for, pack, take, unpack
@@ -73,6 +73,7 @@ class MPIBackend(Transport):
 
     def __init__(self, comm: MPI.Intracomm, timeout: Any = None) -> None:
         self._comm = comm
+        self._failure = failure_of(comm)  # what this transport's Works raise for an MPI error
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
 
@@ -82,7 +83,7 @@ class MPIBackend(Transport):
     def _issue(self, blocking, nonblocking, args, async_op, user, finish=None, keep=None):
         try:  # free in CPython 3.11+ while nothing raises
             if async_op:
-                return Work([nonblocking(*args)], user, finish, keep, self._comm)
+                return Work([nonblocking(*args)], user, finish, keep, self._failure)
             self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc, self._comm) from exc
@@ -118,7 +119,7 @@ class MPIBackend(Transport):
                 recv = (buf, red.datatype)
                 try:
                     if async_op:
-                        return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf, self._comm)
+                        return Work([self._comm.Iallreduce(_IN_PLACE, recv, red.op)], [user], None, buf, self._failure)
                     if self.finish_within is None:
                         self._comm.Allreduce(_IN_PLACE, recv, red.op)
                     else:
@@ -138,7 +139,7 @@ class MPIBackend(Transport):
         data = (buf, mpi_datatype(buf.dtype))
         try:  # _issue, inlined: the hot path
             if async_op:
-                return Work([self._comm.Ibcast(data, root)], [user], None, buf, self._comm)
+                return Work([self._comm.Ibcast(data, root)], [user], None, buf, self._failure)
             if self.finish_within is None:
                 self._comm.Bcast(data, root)
             else:
@@ -157,7 +158,7 @@ class MPIBackend(Transport):
                 call = (_IN_PLACE, data, red.op, root) if self._rank == root else (data, None, red.op, root)
                 try:
                     if async_op:
-                        return Work([self._comm.Ireduce(*call)], [user], None, buf, self._comm)
+                        return Work([self._comm.Ireduce(*call)], [user], None, buf, self._failure)
                     if self.finish_within is None:
                         self._comm.Reduce(*call)
                     else:
@@ -192,7 +193,7 @@ class MPIBackend(Transport):
         """``_issue`` for an operation through ``staging``, released afterwards (``Staging.release``)."""
         try:
             if async_op:
-                return Work([nonblocking(*args)], user, partial(staging.release, outs), keep, self._comm)
+                return Work([nonblocking(*args)], user, partial(staging.release, outs), keep, self._failure)
             self._block(blocking, nonblocking, args)
         except MPI.Exception as exc:
             raise mpi_failure(exc, self._comm) from exc
@@ -324,7 +325,7 @@ class MPIBackend(Transport):
         data = (buf, mpi_datatype(buf.dtype))
         try:  # _issue, inlined: the hot path
             if async_op:
-                return Work([self._comm.Isend(data, peer, tag)], [user], None, buf, self._comm)
+                return Work([self._comm.Isend(data, peer, tag)], [user], None, buf, self._failure)
             self._comm.Send(data, peer, tag)
         except MPI.Exception as exc:
             raise mpi_failure(exc, self._comm) from exc
@@ -336,7 +337,7 @@ class MPIBackend(Transport):
         datatype = mpi_datatype(buf.dtype)
         try:
             if async_op:
-                return ReceiveWork(self._comm.Irecv((buf, datatype), source, tag), [user], buf, status, self._comm)
+                return ReceiveWork(self._comm.Irecv((buf, datatype), source, tag), [user], buf, status, self._failure)
             self._comm.Recv((buf, datatype), source, tag, status)
         except MPI.Exception as exc:
             raise mpi_failure(exc, self._comm) from exc

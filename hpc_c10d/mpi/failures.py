@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from mpi4py import MPI
 
@@ -25,7 +25,7 @@ from .._state import _world
 from ..errors import DistBackendError, ProcessFailedError
 from . import ulfm
 
-__all__ = ["mpi_failure", "short_receive", "Loss", "losses", "loss_of"]
+__all__ = ["mpi_failure", "failure_of", "short_receive", "Loss", "losses", "loss_of"]
 
 _P2P = ("send", "recv")
 _P2P_CAUSE = "the sending and receiving ranks may disagree on the shape or dtype"
@@ -115,6 +115,15 @@ def mpi_failure(exc: MPI.Exception, comm: Any = None) -> DistBackendError:
     if error_class not in _DISAGREEMENT_CLASSES:
         return DistBackendError(f"{where} failed in MPI: {headline}")
     return DistBackendError(f"{where} failed in MPI: {headline}; {cause}")
+
+
+def failure_of(comm: Any) -> Callable[[BaseException], DistBackendError | None]:
+    """What a Work on ``comm`` raises for an exception out of its requests: ``mpi_failure``'s error
+    for MPI's (None for any other)."""
+    def failure(exc: BaseException) -> DistBackendError | None:
+        return mpi_failure(exc, comm) if isinstance(exc, MPI.Exception) else None
+
+    return failure
 
 
 def short_receive(received: int, expected: int) -> DistBackendError:

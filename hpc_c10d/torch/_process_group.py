@@ -32,6 +32,7 @@ from ..work import Work, combine_works, spin
 from ._ops import PLAIN_OPS, as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import close_stores
+from ._shrink import installable as shrinking_installable
 from ._sparse import all_reduce_sparse
 from ._work import TorchWork, wait_within
 
@@ -116,9 +117,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
     @property
     def supports_shrinking(self) -> bool:
         """True where the plugin serves torch's ``shrink_group`` (torch/_shrink.py)."""
-        from ._shrink import installable
-
-        return installable()
+        return shrinking_installable()
 
     @property
     def _device_types(self) -> list[torch.device]:

@@ -65,11 +65,11 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
     """torch's ``shrink_group``, for backend "hpc" too (see the module's docstring)."""
     from .. import shrink
     from . import _comms, _rendezvous
-    from ._process_group import ProcessGroupHPC
 
     target = group if group is not None else c10d._get_default_group()
-    if not isinstance(target, ProcessGroupHPC):
+    if target.name() != BACKEND_NAME:  # a group of torch's own backends
         return _torch_shrink_group(ranks_to_exclude, group, shrink_flags, pg_options)
+    hpc_group = type(target)  # ProcessGroupHPC
     c10d._validate_shrink_inputs(ranks_to_exclude, shrink_flags)
     info = c10d._prepare_shrink_target_group(target)
     c10d._validate_shrink_backend_requirements(info)
@@ -78,21 +78,21 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
     timeout: timedelta = target._inner._timeout
     if info["is_default_group"]:
         store: Any = None
-        for pg in [pg for pg in c10d._world.pg_map if pg is not target and isinstance(pg, ProcessGroupHPC)]:
+        for pg in [pg for pg in c10d._world.pg_map if pg is not target and isinstance(pg, hpc_group)]:
             _leave(pg, died)
         _leave(target, died)
         _comms.set_world(comm)
         ranks = list(range(comm.Get_size()))
         store = _rendezvous.world_store(comm, timeout)
         name, desc = c10d._process_group_name(ranks, use_hashed_name=True), "default:shrunken"
-        new = ProcessGroupHPC(comm, [], name, timeout)
+        new = hpc_group(comm, [], name, timeout)
         c10d._update_default_pg(new)
     else:
         ranks = [g for i, g in enumerate(c10d.get_process_group_ranks(target)) if i not in excluded]
         store = c10d._world.pg_map[target][1]
         _leave(target, died)
         name, desc = c10d._process_group_name(ranks, use_hashed_name=True), f"{info['group_name']}:shrunk"
-        new = ProcessGroupHPC(comm, ranks, name, timeout)
+        new = hpc_group(comm, ranks, name, timeout)
     new._set_group_desc(desc)
     new.bound_device_id = getattr(target, "bound_device_id", None)
     c10d._register_pg_in_world(pg=new, backend_name=BACKEND_NAME, store=store, group_name=name,

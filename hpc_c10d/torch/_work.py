@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from .. import watchdog
-from ..errors import DistBackendError
+from ..work import WaitTimedOut
 
 __all__ = ["TorchWork", "wait_within"]
 
@@ -22,7 +22,7 @@ def wait_within(work: Any, limit: timedelta | None, what: str | Callable[[], str
     ``what`` (the operation, or what describes it) and, where the watchdog runs, who is where."""
     try:
         work.wait(limit)
-    except DistBackendError as timed_out:
+    except WaitTimedOut as timed_out:
         if limit is None:
             raise
         message = (f"{what if isinstance(what, str) else what()}: Timed out waiting "
