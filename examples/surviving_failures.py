@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="torch DDP on backend 'hpc' (else numpy)")
     parser.add_argument("--kill-rank", type=int, default=-1, help="this launch rank SIGKILLs itself ...")
     parser.add_argument("--kill-step", type=int, default=-1, help="... as this step begins")
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="seconds to wait after each step (to take a node away while it runs)")
     args = parser.parse_args()
 
     trainer = TorchTrainer() if args.torch else NumpyTrainer()
@@ -174,6 +176,7 @@ def main() -> None:
                     marks = {}
                 if state["step"] % args.every == 0 or state["step"] == args.steps:
                     checkpoint.save(state, args.checkpoint)
+                time.sleep(args.pace)
             break
         except ProcessFailedError as error:  # torch flavour: torch's DistBackendError too
             marks = {"step began": began, "detected": time.monotonic()}

@@ -47,13 +47,13 @@ def _example():
 ex = _example()
 
 
-def reference(nprocs, survivors_from, steps=STEPS):
+def reference(nprocs, survivors_from, steps=STEPS, lost=1):
     """(weights, momentum) after ``steps`` steps of the example's training on ``nprocs`` ranks up to
-    step ``survivors_from`` and ``nprocs - 1`` after it, computed here in one process."""
+    step ``survivors_from`` and ``nprocs - lost`` after it, computed here in one process."""
     x, y = ex.dataset()
     weights, momentum = np.zeros(ex.FEATURES), np.zeros(ex.FEATURES)
     for step in range(steps):
-        size = nprocs if step < survivors_from else nprocs - 1
+        size = nprocs if step < survivors_from else nprocs - lost
         rows = [ex.my_batch(step, rank, size) for rank in range(size)]
         momentum = ex.BETA * momentum + np.mean([ex.mse_gradient(weights, x[r], y[r]) for r in rows], axis=0)
         weights = weights - ex.LR * momentum
@@ -72,9 +72,9 @@ def run(tmp_path, nprocs, *args, ulfm=True):
     return proc.returncode, f"{' '.join(command)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
 
 
-def saved(tmp_path):
-    """(weights, momentum, step) of the example's checkpoint."""
-    with h5py.File(tmp_path / "surviving.h5", "r") as f:
+def saved(folder):
+    """(weights, momentum, step) of the example's checkpoint in ``folder``."""
+    with h5py.File(os.path.join(folder, "surviving.h5"), "r") as f:
         return f["weights"][()], f["momentum"][()], int(f["step"][()])
 
 

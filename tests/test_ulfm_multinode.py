@@ -13,18 +13,23 @@ written (docs/slurm.md, "When a rank or a node dies"):
   its timeout; node1's ranks go on, and so do node2's (each side shrinks to its own two ranks: a split
   brain); prterun does not exit by itself afterwards (it waits for node2), so the test ends it;
 - every process of node2 killed (its PRRTE daemon and the ssh stand-in with them): prterun ends the whole
-  job at once ("A daemon failed to report back"; "PRTE has lost communication with a remote daemon ... will
-  terminate the job" when the ssh session outlives the node): PRRTE 3.0 (Open MPI 5.0) aborts on any daemon
-  loss (errmgr/dvm); an expected failure until a PRRTE that tolerates lost daemons (openpmix/prrte#2443)
-  ships with Open MPI;
+  job ("A daemon failed to report back"; "PRTE has lost communication with a remote daemon ... will
+  terminate the job" when the ssh session outlives the node), node1's ranks sometimes after they shrank,
+  sometimes before: PRRTE 3.0 (Open MPI 5.0) aborts on any daemon loss (errmgr/dvm) until a PRRTE that
+  tolerates lost daemons (openpmix/prrte#2443) ships with Open MPI; the test checks the job ends;
 - without ``--mca coll ^han`` a failure across nodes can make Allreduce return MPI_SUCCESS with a wrong sum
   (HAN, chosen on multi-node communicators, is not fault tolerant: open-mpi/ompi#13915); an expected failure.
+
+The same faults run with hpc_c10d (tests/faults/lost_node.py: ProcessFailedError, shrink_group, only
+the larger side of a cut going on) and with examples/surviving_failures.py (node2's link down: its final
+model equals the reference).
 
 Serial tests that start jobs of their own. They run only on a designated simulated cluster (``eval "$(bash
 slurm/sim_cluster.sh env)"``) with Open MPI as the MPI (the mpiexec beside this Python, or $MPIEXEC),
 else skip saying why; they never bring a cluster up or down; a link they take down is always put back
 up and every process of the job is gone when a test ends.
 """
+import contextlib
 import glob
 import os
 import re
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import _launch
@@ -123,57 +129,35 @@ def _job_pids(prefix, marks):
     return pids
 
 
-def _run(tmp_path, fault, mca=(), victims="", want=NODE1_RANKS, bound=BOUND_S, program=PROGRAM):
-    """Start the job, wait for it to loop, inflict ``fault`` ('rank', 'link' or 'kill' on node2), wait until
-    the ranks in ``want`` report surviving (or ``bound`` seconds); clean everything up. Return (survivors, output,
-    seconds from the fault to the last report, whether the launcher had exited by itself)."""
+@contextlib.contextmanager
+def _job(tmp_path, argv, mca=(), env=None):
+    """Start ``argv`` (after python) on 2 nodes x 2 ranks under ULFM, in ``tmp_path``; yield (the
+    launcher's Popen, what it printed so far, the fault: ``fault('link'|'kill')`` on node2). Leaves
+    nothing behind: node2's link back up, every process of the job gone (the launcher may wait for
+    node2's ranks for ever)."""
     prefix = _launch.sim_cluster_settings()["SIM_PREFIX"]
-    log_dir = str(tmp_path / "ranks")
-    os.makedirs(log_dir)
-    env = _env(ULFM_VICTIMS=victims, ULFM_KILL_STEP="200", ULFM_SECONDS=str(START_S + BOUND_S), ULFM_PAUSE="0.01")
     cmd = ["bash", SIM_SCRIPT, "ompi-mpiexec", "-n", "4", "--map-by", "ppr:2:node", "--with-ft", "ulfm", *mca,
-           "--", sys.executable, program, log_dir]
+           "--", sys.executable, *argv]
     out_path = tmp_path / "launcher.out"
-    cut, took, exited = False, None, False
+    cut = []
     with open(out_path, "w") as out:
-        job = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        job = subprocess.Popen(cmd, env=_env(**(env or {})), cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
-    marks = [log_dir, f"prterun-node1-{job.pid}@"]  # the ranks; prterun's daemons (its pid names their nspace)
+    marks = [str(tmp_path), argv[0], f"prterun-node1-{job.pid}@"]  # the ranks; prterun's daemons
 
-    def output():
-        ranks = "\n".join(f"--- rank {r} ---\n{t}" for r, t in sorted(_logs(log_dir).items()))
-        return f"$ {' '.join(cmd)}\n--- launcher ---\n{out_path.read_text(errors='replace')}\n{ranks}"
+    def printed():
+        return f"$ {' '.join(cmd)}\n--- launcher ---\n{out_path.read_text(errors='replace')}"
+
+    def fault(kind):
+        if kind == "link":
+            cut.append(True)
+            done = _sim("link", "node2", "down")
+        else:
+            done = _sim("kill", "node2")
+        assert done.returncode == 0, done.stderr
 
     try:
-        deadline = time.monotonic() + START_S
-        while time.monotonic() < deadline and job.poll() is None:
-            if sum("looping" in t for t in _logs(log_dir).values()) == 4:
-                break
-            time.sleep(0.2)
-        assert sum("looping" in t for t in _logs(log_dir).values()) == 4, f"the job did not start\n{output()}"
-        time.sleep(0.5)
-        fault_at = time.monotonic()
-        if fault == "link":
-            cut = True
-            done = _sim("link", "node2", "down")
-            assert done.returncode == 0, done.stderr
-        elif fault == "kill":
-            done = _sim("kill", "node2")
-            assert done.returncode == 0, done.stderr
-        deadline = fault_at + bound
-        while time.monotonic() < deadline:
-            if set(want) <= set(_survivors(log_dir)) and _settled(log_dir, program):
-                took = time.monotonic() - fault_at
-                break
-            if job.poll() is not None and not _job_pids(prefix, [log_dir]):
-                break  # the job is over and no rank is left to report
-            time.sleep(0.2)
-        if took is not None:
-            try:
-                job.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        exited = job.poll() is not None
+        yield job, printed, fault
     finally:
         if cut:
             restored = _sim("link", "node2", "up")
@@ -192,8 +176,50 @@ def _run(tmp_path, fault, mca=(), victims="", want=NODE1_RANKS, bound=BOUND_S, p
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-    assert not _job_pids(prefix, marks), f"processes of the job left behind\n{output()}"
-    return _survivors(log_dir), output(), took, exited
+        assert not _job_pids(prefix, marks), f"processes of the job left behind\n{printed()}"
+
+
+def _run(tmp_path, fault, mca=(), victims="", want=NODE1_RANKS, bound=BOUND_S, program=PROGRAM):
+    """Start the job, wait for it to loop, inflict ``fault`` ('rank', 'link' or 'kill' on node2), wait until
+    the ranks in ``want`` report surviving (or ``bound`` seconds); clean everything up. Return (survivors, output,
+    seconds from the fault to the last report, whether the launcher had exited by itself)."""
+    prefix = _launch.sim_cluster_settings()["SIM_PREFIX"]
+    log_dir = str(tmp_path / "ranks")
+    os.makedirs(log_dir)
+    env = dict(ULFM_VICTIMS=victims, ULFM_KILL_STEP="200", ULFM_SECONDS=str(START_S + BOUND_S), ULFM_PAUSE="0.01")
+    took, exited = None, False
+    with _job(tmp_path, [program, log_dir], mca, env) as (job, printed, inflict):
+
+        def output():
+            ranks = "\n".join(f"--- rank {r} ---\n{t}" for r, t in sorted(_logs(log_dir).items()))
+            return f"{printed()}\n{ranks}"
+
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline and job.poll() is None:
+            if sum("looping" in t for t in _logs(log_dir).values()) == 4:
+                break
+            time.sleep(0.2)
+        assert sum("looping" in t for t in _logs(log_dir).values()) == 4, f"the job did not start\n{output()}"
+        time.sleep(0.5)
+        fault_at = time.monotonic()
+        if fault != "rank":
+            inflict(fault)
+        deadline = fault_at + bound
+        while time.monotonic() < deadline:
+            if set(want) <= set(_survivors(log_dir)) and _settled(log_dir, program):
+                took = time.monotonic() - fault_at
+                break
+            if job.poll() is not None and not _job_pids(prefix, [log_dir]):
+                break  # the job is over and no rank is left to report
+            time.sleep(0.2)
+        if took is not None:
+            try:
+                job.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        exited = job.poll() is not None
+        text = output()
+    return _survivors(log_dir), text, took, exited
 
 
 def _check_went_on(survivors, ranks, failed, size, text):
@@ -222,14 +248,14 @@ def test_node2_link_down_is_never_reported_without_the_heartbeat_detector(tmp_pa
     assert not survivors, f"the survivors detected the cut link without mpi_ft_detector\n{text}"
 
 
-@pytest.mark.xfail(strict=True, reason="PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses its daemon on "
-                   "node2, before the survivors can shrink ('A daemon failed to report back' here, where the ssh "
-                   "stand-in dies with node2; 'PRTE has lost communication with a remote daemon' when the ssh "
-                   "session outlives it); openpmix/prrte#2443 (tolerating lost daemons) is not in an Open MPI "
-                   "release yet")
-def test_every_process_of_node2_killed_node1_ranks_shrink_and_go_on(tmp_path):
+def test_every_process_of_node2_killed_ends_the_job(tmp_path):
+    # PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses its daemon on node2 ('A daemon failed
+    # to report back' here, where the ssh stand-in dies with node2; 'PRTE has lost communication with a
+    # remote daemon' when the ssh session outlives it); openpmix/prrte#2443 (tolerating lost daemons) is
+    # not in an Open MPI release yet. node1's ranks sometimes shrink before that and sometimes not
+    # (both seen); what holds is that the launcher ends the job and nothing hangs or is left behind.
     survivors, text, took, exited = _run(tmp_path, "kill", NO_HAN + DETECTOR)
-    _check_went_on(survivors, NODE1_RANKS, NODE2_RANKS, 2, text)
+    assert exited, f"the launcher did not end the job after node2 was lost\n{text}"
 
 
 @pytest.mark.xfail(strict=True, reason="coll/han, chosen on communicators that span nodes, is not fault "
@@ -256,8 +282,36 @@ def test_library_node2_link_down_node1_goes_on_and_node2_stops(tmp_path):
     assert text.count("cut off: ") >= len(NODE2_RANKS), f"node2's ranks were not told they are cut off\n{text}"
 
 
-@pytest.mark.xfail(strict=True, reason="PRRTE 3.0 (Open MPI 5.0.x) ends the whole job when it loses its daemon on "
-                   "node2, before the survivors can shrink (see the raw mpi4py case above)")
-def test_library_every_process_of_node2_killed_node1_goes_on(tmp_path):
+def test_library_every_process_of_node2_killed_ends_the_job(tmp_path):
+    # as the raw case above: PRRTE ends the job; nothing may hang or be left behind
     survivors, text, took, exited = _run(tmp_path, "kill", DETECTOR, program=LIBRARY_PROGRAM)
-    _check_went_on(survivors, NODE1_RANKS, NODE2_RANKS, 2, text)
+    assert exited, f"the launcher did not end the job after node2 was lost\n{text}"
+
+
+def test_the_example_survives_node2s_link_going_down(tmp_path):
+    # examples/surviving_failures.py, paced, checkpointing every 5 steps; node2's link goes down after
+    # its first checkpoint. node1's two ranks shrink, reload the last checkpoint at 2 ranks and
+    # finish, and their final model equals 4 ranks up to that checkpoint and 2 after it.
+    from test_surviving_failures import EXAMPLE, reference, saved  # needs h5py (skips without)
+
+    steps = 40
+    with _job(tmp_path, [EXAMPLE, "--steps", str(steps), "--every", "5", "--pace", "0.3"], DETECTOR) as \
+            (job, printed, inflict):
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline and not (tmp_path / "surviving.h5").exists():
+            assert job.poll() is None, printed()
+            time.sleep(0.2)
+        assert (tmp_path / "surviving.h5").exists(), f"no first checkpoint\n{printed()}"
+        inflict("link")
+        deadline = time.monotonic() + BOUND_S + steps * 0.3
+        while time.monotonic() < deadline and f"finished {steps} steps on 2 ranks" not in printed():
+            time.sleep(0.5)
+        text = printed()
+    assert f"finished {steps} steps on 2 ranks" in text, text
+    assert "lost rank(s) [2, 3] on ['node2', 'node2']" in text, text
+    resumed = int(re.search(r"step (\d+): 2 ranks", text)[1])
+    weights, momentum, step = saved(tmp_path)
+    want_weights, want_momentum = reference(4, resumed, steps=steps, lost=2)
+    assert step == steps, text
+    np.testing.assert_allclose(weights, want_weights, rtol=1e-9, atol=1e-12, err_msg=text)
+    np.testing.assert_allclose(momentum, want_momentum, rtol=1e-9, atol=1e-12, err_msg=text)
