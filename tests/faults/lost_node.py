@@ -14,24 +14,16 @@ import time
 
 import numpy as np
 
+import _ulfm_job
 import hpc_c10d as dist
+from _ulfm_job import AFTER, KILL_STEP, SECONDS, VICTIMS
 
-VICTIMS = {int(r) for r in os.environ.get("ULFM_VICTIMS", "").split(",") if r.strip()}
-KILL_STEP = int(os.environ.get("ULFM_KILL_STEP", "50"))
-AFTER = int(os.environ.get("ULFM_AFTER", "50"))
-SECONDS = float(os.environ.get("ULFM_SECONDS", "120"))
-PAUSE = float(os.environ.get("ULFM_PAUSE", "0.005"))
-LOG_DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ULFM_LOG_DIR", "")
 dist.init_process_group()
 RANK = dist.get_rank()
 
 
 def say(msg):
-    line = f"[{time.time():.3f}] {msg}"
-    print(line, flush=True)
-    if LOG_DIR:
-        with open(os.path.join(LOG_DIR, f"rank{RANK}.log"), "a") as f:
-            f.write(line + "\n")
+    _ulfm_job.say(RANK, msg)
 
 
 def total(size):
@@ -55,12 +47,9 @@ def main():
         except dist.DistBackendError as error:
             say(f"rank {RANK}: cut off: {error}")
             return 5
-        last_good = time.monotonic()
-        step += 1
-        if last_good > deadline:
-            say(f"rank {RANK}: no fault within {SECONDS}s ({step} steps)")
+        last_good, step = time.monotonic(), step + 1
+        if _ulfm_job.out_of_time(RANK, step, last_good, deadline):
             return 4
-        time.sleep(PAUSE)
     dist.shrink_group(lost.failed_ranks)
     shrunk = time.monotonic()
     size = dist.get_world_size()

@@ -17,32 +17,18 @@ ULFM_EXIT=now: end with os._exit, without MPI_Finalize.
 """
 import array
 import os
-import signal
 import socket
 import sys
 import time
 
 from mpi4py import MPI
 
-VICTIMS = {int(r) for r in os.environ.get("ULFM_VICTIMS", "").split(",") if r.strip()}
-KILL_STEP = int(os.environ.get("ULFM_KILL_STEP", "50"))
-AFTER = int(os.environ.get("ULFM_AFTER", "50"))
-SECONDS = float(os.environ.get("ULFM_SECONDS", "120"))
-PAUSE = float(os.environ.get("ULFM_PAUSE", "0.005"))
-SIGNAL = getattr(signal, "SIG" + os.environ.get("ULFM_SIGNAL", "KILL"))  # STOP: a hung rank, not a dead one
-
-
-# argv[1] (else ULFM_LOG_DIR): also append each line to <dir>/rank<R>.log, so that what the ranks of a
-# cut-off node print still lands on the shared file system (their launcher daemon cannot forward it)
-LOG_DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ULFM_LOG_DIR", "")
+import _ulfm_job
+from _ulfm_job import AFTER, KILL_STEP, SECONDS, SIGNAL, VICTIMS
 
 
 def say(msg):
-    line = f"[{time.time():.3f}] {msg}"
-    print(line, flush=True)
-    if LOG_DIR:
-        with open(os.path.join(LOG_DIR, f"rank{MPI.COMM_WORLD.Get_rank()}.log"), "a") as f:
-            f.write(line + "\n")
+    _ulfm_job.say(MPI.COMM_WORLD.Get_rank(), msg)
 
 
 def main():
@@ -74,12 +60,9 @@ def main():
             say(f"rank {rank}: step {step}: WRONG RESULT with MPI_SUCCESS: sum {recv[0]} != size {comm.Get_size()}"
                 f" {seen - last_good:.3f}s after the last good step")
             break
-        last_good = time.monotonic()
-        step += 1
-        if last_good > deadline:
-            say(f"rank {rank}: no fault within {SECONDS}s ({step} steps)")
+        last_good, step = time.monotonic(), step + 1
+        if _ulfm_job.out_of_time(rank, step, last_good, deadline):
             return 4
-        time.sleep(PAUSE)
     detect = seen - last_good
     comm.Revoke()
     t_rev = time.monotonic()
