@@ -23,7 +23,7 @@ from .mpi import bootstrap, ulfm
 from .process_group import ProcessGroup
 from .store import MPIStore
 
-__all__ = ["SHRINK_DEFAULT", "SHRINK_ABORT", "shrink_group", "survivors_communicator", "leave_behind", "drop"]
+__all__ = ["SHRINK_DEFAULT", "SHRINK_ABORT", "shrink_group", "survivors_communicator", "retire", "drop"]
 
 SHRINK_DEFAULT = 0  #: build the new group; operations in flight on the old one are left to finish
 SHRINK_ABORT = 1  #: first stop what is in flight on the old group (ULFM: revoke it)
@@ -131,10 +131,15 @@ def survivors_communicator(pg: ProcessGroup, excluded: set[int], shrink_flags: i
     return comm, True
 
 
-def leave_behind(store: MPIStore) -> None:
-    """Keep ``store`` (of a world shrunk while every rank lived) open until exit, when every rank of
-    that world, those left out included, frees it together (MPIStore's exit hook)."""
-    _left_behind.append(store)
+def retire(store: MPIStore, died: bool) -> None:
+    """Put aside the store of a world being shrunk (its keys are not carried over): abandoned where
+    ranks died (its windows span them: nothing collective can free them), else kept open until
+    exit, when every rank of that world, those left out included, frees it together (MPIStore's
+    exit hook)."""
+    if died:
+        store.abandon()
+    else:
+        _left_behind.append(store)
 
 
 def drop(pg: ProcessGroup) -> None:
@@ -191,11 +196,8 @@ def _new_default(old: ProcessGroup, comm: Any, died: bool) -> ProcessGroup:
     for pg in list(reversed(_world.groups)):
         drop(pg)
     store = _world.default_store
-    if isinstance(store, MPIStore):  # keys are not carried over to the new one
-        if died:
-            store.abandon()  # its windows span dead ranks: nothing collective can free them
-        else:
-            leave_behind(store)
+    if isinstance(store, MPIStore):
+        retire(store, died)
         _world.default_store = MPIStore(comm, timeout=old._timeout)
     _world.default_pg = None
     new = _replacement(old, comm, list(range(comm.Get_size())), old._name, "default:shrunken")

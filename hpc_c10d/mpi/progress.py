@@ -118,8 +118,6 @@ class ProgressThread:
         self.activity: Callable[[], int] = lambda: 0
         #: How many times the thread has driven MPI's progress engine (a diagnostic).
         self.probes = 0
-        #: The MPI error that ended the thread (a rank of its communicator died, under ULFM), if any.
-        self.failure: Exception | None = None
         self._users = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -173,8 +171,8 @@ class ProgressThread:
     def _run(self, interval: float, switch: float, wake_read: int, MPI: Any) -> None:
         try:
             self._serve(interval, _Switch(switch), wake_read, MPI.ANY_SOURCE, MPI.ANY_TAG)
-        except MPI.Exception as exc:  # a rank of the communicator died (ULFM): nothing left to serve
-            self.failure = exc
+        except MPI.Exception:  # a rank of the communicator died (ULFM): nothing left to serve; join
+            pass              # restarts the thread for the next store
 
     def _serve(self, interval: float, switch: _Switch, wake_read: int, any_source: int, any_tag: int) -> None:
         stop, iprobe = self._stop, self._comm.Iprobe

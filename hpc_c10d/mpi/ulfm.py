@@ -20,6 +20,11 @@ _FINALIZE_FENCE = "OMPI_MCA_async_mpi_finalize"
 _COLLECTIVES = "OMPI_MCA_coll"
 
 
+def _open_mpi_ft_requested() -> bool:
+    """Whether Open MPI was asked for ULFM (``mpiexec --with-ft ulfm`` sets this for every rank)."""
+    return os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in _ON
+
+
 def before_init() -> None:
     """Settings a job under ULFM needs before MPI starts (read from the environment then).
 
@@ -30,7 +35,7 @@ def before_init() -> None:
     are not fault tolerant: after a death on another node, all_reduce returned success with a wrong
     sum (open-mpi/ompi#13915), so they are left out. Each is set unless the user chose.
     """
-    if os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in _ON:
+    if _open_mpi_ft_requested():
         os.environ.setdefault(_FINALIZE_FENCE, "1")
         os.environ.setdefault(_COLLECTIVES, "^han")
 
@@ -40,7 +45,7 @@ def enabled(MPI: Any) -> bool:
     if not hasattr(MPI.Comm, "Revoke") or MPI.ERR_PROC_FAILED == MPI.ERR_UNKNOWN:
         return False  # mpi4py built without ULFM's error classes (the mpich wheel)
     if MPI.Get_library_version().startswith("Open MPI"):
-        return os.environ.get("OMPI_MCA_mpi_ft_enable", "").strip().lower() in _ON
+        return _open_mpi_ft_requested()
     return os.environ.get("MPIR_CVAR_ENABLE_FT", "").strip() == "1"  # an MPICH built with ULFM
 
 

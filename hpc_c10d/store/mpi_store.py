@@ -186,9 +186,8 @@ class MPIStore(KeyValueStore):
         """Free the windows; collective over the store's communicator. Safe to call twice."""
         if not self._open:
             return
-        self._open = False
-        progress.leave()
-        table, self._table = self._table, _ClosedTable(self._table.capacity, self._table.max_keys)
+        table = self._table
+        self.abandon()
         MPI = bootstrap.initialize()
         try:
             table.free()

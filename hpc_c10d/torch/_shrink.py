@@ -52,10 +52,7 @@ def _leave(pg: Any, died: bool) -> None:
 
     if pg._is_world:
         for store in _rendezvous.take_stores():
-            if died:
-                store.mpi_store.abandon()
-            else:
-                shrink.leave_behind(store.mpi_store)
+            shrink.retire(store.mpi_store, died)
     pg._leave()
     c10d._cleanup_process_group_global_state(pg)
 
@@ -77,7 +74,6 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
     comm, died = shrink.survivors_communicator(target._inner, excluded, shrink_flags)
     timeout: timedelta = target._inner._timeout
     if info["is_default_group"]:
-        store: Any = None
         for pg in [pg for pg in c10d._world.pg_map if pg is not target and isinstance(pg, hpc_group)]:
             _leave(pg, died)
         _leave(target, died)
