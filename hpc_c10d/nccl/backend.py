@@ -82,6 +82,7 @@ class NCCLBackend(Transport):
         self._comms: dict[int, Communicator] = {}
         self._pairs: dict[tuple[int, int], Communicator] = {}  # (device, peer): before the group's exists
         self._pending: collections.deque[CUDAWork] = collections.deque()
+        self._spare_events: dict[int, list] = {}  # device -> events of retired Works, to record again
         _open[self] = None
 
     # ---- arrays ---------------------------------------------------------------------------
@@ -158,35 +159,41 @@ class NCCLBackend(Transport):
         for it, then the error is raised.
         """
         failure: Exception | None = None
-        with cuda.errors_raised_as_dist():  # a failing event or stream call is the job's DistBackendError too
+        try:
             caller = cuda.caller_stream(anchor)
             with comm.lock, cuda.device_guard(comm.device):
                 comm.refuse_unless_live(name)
-                ready = cuda.new_event()
-                ready.record(caller)
-                comm.stream.wait_event(ready)
+                comm.ready.record(caller)
+                comm.stream.wait_event(comm.ready)
                 try:
                     enqueue(comm)
                 except Exception as exc:
                     failure = exc
-                done = cuda.new_event()
+                spare = self._spare_events.get(comm.device)
+                done = spare.pop() if spare else cuda.new_event()
                 done.record(comm.stream)
             work = CUDAWork(done, comm, outputs, keep, name, anchor)
             self._track(work)
             if failure is None and async_op:
                 return work
             caller.wait_event(done)
+        except cuda.runtime_error() as exc:  # a failing event or stream call is the job's DistBackendError too
+            raise cuda.cuda_error(exc) from exc
         if failure is not None:
             work._exception = failure
             raise failure
         return None
 
     def _track(self, work: CUDAWork) -> None:
+        """Keep ``work`` until the GPU has passed it; retire a few that it has (their events serve
+        again: a finished Work never looks at its event)."""
         pending = self._pending
         for _ in range(_PRUNE_PER_CALL):
             if not pending or not pending[0]._passed():
                 break
-            pending.popleft()._retire()
+            finished = pending.popleft()
+            finished._retire()
+            self._spare_events.setdefault(finished._comm.device, []).append(finished._event)
         pending.append(work)
 
     def _group(self, calls: list[Step], what: str) -> Enqueue:

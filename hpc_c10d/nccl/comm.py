@@ -104,6 +104,8 @@ class Communicator:
         self.size = size
         self.timeout_s = timeout_s
         self.stream = cuda.new_stream(device)
+        with cuda.device_guard(device):  # recorded on the caller's stream before each operation: a
+            self.ready = cuda.new_event()  # wait takes the event as last recorded, so one serves all (as in torch)
         self.lock = threading.RLock()  # re-entered by a split made under the group's agreement
         self.state = "live"
 
@@ -138,9 +140,20 @@ class Communicator:
             result = self.nccl.ncclCommSplit(self.handle, SPLIT_NOCOLOR if color is None else color, key,
                                              ctypes.byref(handle), None)
             settle(self.nccl, self.handle, result, "ncclCommSplit", self.timeout_s)  # nonblocking: the parent reports
-            if handle.value:
-                settle(self.nccl, handle.value, IN_PROGRESS, "ncclCommSplit (new communicator)", self.timeout_s)
+            if color is not None:
+                settle(self.nccl, self._split_handle(handle), IN_PROGRESS, "ncclCommSplit (new communicator)",
+                       self.timeout_s)
         return None if color is None else Communicator(self.nccl, handle, self.device, key, size, self.timeout_s)
+
+    def _split_handle(self, handle: ctypes.c_void_p) -> int:
+        """The new communicator of a split, once NCCL has written it: a nonblocking split (and
+        NCCL 2.28's) stores the handle from its background job, after the call has returned."""
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        while not handle.value:
+            if deadline is not None and time.monotonic() > deadline:
+                raise DistBackendError(f"ncclCommSplit gave no new communicator within {self.timeout_s:g} s")
+            time.sleep(_POLL_S)
+        return handle.value
 
     def async_error(self) -> str | None:
         """NCCL's asynchronous error for this communicator, as text, or None."""

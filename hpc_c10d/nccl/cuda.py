@@ -6,15 +6,14 @@ handle and wrapped, so one code path serves cupy arrays, torch tensors and other
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 from .._extras import gpu_install_hint
 from ..errors import DistBackendError
 from .buffers import DeviceBuffer
 
 __all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "wait_for_event", "device_guard",
-           "errors_raised_as_dist", "device_count", "visible_devices", "pci_bus_id"]
+           "runtime_error", "cuda_error", "device_count", "visible_devices", "pci_bus_id"]
 
 _LEGACY_DEFAULT, _PER_THREAD_DEFAULT = 1, 2  # __cuda_array_interface__ stream codes
 _CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread
@@ -22,13 +21,19 @@ _NOT_READY = 600  # cudaErrorNotReady: what cudaEventQuery says of an event the 
 _NO_GPU_HERE = (35, 100)  # cudaErrorInsufficientDriver (no driver), cudaErrorNoDevice
 
 
+_cupy: Any = None
+
+
 def cupy() -> Any:
     """The cupy module; RuntimeError naming the extra to install when it is missing."""
-    try:
-        import cupy as module
-    except ImportError as exc:
-        raise RuntimeError(f"the NCCL backend uses CuPy for streams and events: {gpu_install_hint()}") from exc
-    return module
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy as module
+        except ImportError as exc:
+            raise RuntimeError(f"the NCCL backend uses CuPy for streams and events: {gpu_install_hint()}") from exc
+        _cupy = module
+    return _cupy
 
 
 class _RawStream:
@@ -57,13 +62,26 @@ def _wrap(ptr: int, device: int) -> Any:
     return stream
 
 
+_raw_stream: Any = None
+
+
+def _torch_raw_stream() -> Any:
+    """device -> torch's current ``cudaStream_t`` there, as an int: the call torch.compile's code
+    makes (``torch.cuda.current_stream()`` builds a Stream object on every call)."""
+    global _raw_stream
+    if _raw_stream is None:
+        import torch
+
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda device: torch.cuda.current_stream(device).cuda_stream)
+    return _raw_stream
+
+
 def caller_stream(buf: DeviceBuffer) -> Any:
     """The stream the caller queues work on for ``buf``: torch's or cupy's current stream, or the
     one an array interface names (its legacy default stream when it names none)."""
     if buf.kind == "torch":
-        import torch
-
-        return _wrap(torch.cuda.current_stream(buf.device).cuda_stream, buf.device)
+        return _wrap(_torch_raw_stream()(buf.device), buf.device)
     if buf.kind == "cupy":
         return cupy().cuda.get_current_stream(buf.device)
     hint = buf.stream_hint
@@ -71,7 +89,12 @@ def caller_stream(buf: DeviceBuffer) -> Any:
     return _wrap(ptr, buf.device)
 
 
-def _cuda_error(error: Any) -> DistBackendError:
+def runtime_error() -> type[Exception]:
+    """CuPy's CUDARuntimeError: what a failing event, stream or device call raises."""
+    return cupy().cuda.runtime.CUDARuntimeError
+
+
+def cuda_error(error: Any) -> DistBackendError:
     """DistBackendError for a CUDA status code or a CuPy CUDARuntimeError."""
     runtime = cupy().cuda.runtime
     text = str(error if isinstance(error, Exception) else runtime.CUDARuntimeError(error))
@@ -86,28 +109,20 @@ def event_passed(event: Any) -> bool:
     try:
         status = runtime.eventQuery(event.ptr)
     except runtime.CUDARuntimeError as exc:
-        raise _cuda_error(exc) from exc
+        raise cuda_error(exc) from exc
     if status == 0:
         return True
     if status == _NOT_READY:
         return False
-    raise _cuda_error(status)
-
-
-@contextlib.contextmanager
-def errors_raised_as_dist() -> Iterator[None]:
-    """Turn CuPy's CUDARuntimeError (an event, a stream, a device switch) into DistBackendError."""
-    runtime = cupy().cuda.runtime
-    try:
-        yield
-    except runtime.CUDARuntimeError as exc:
-        raise _cuda_error(exc) from exc
+    raise cuda_error(status)
 
 
 def wait_for_event(event: Any) -> None:
     """Block the host until the GPU has passed ``event``; DistBackendError if it failed before."""
-    with errors_raised_as_dist():
+    try:
         event.synchronize()
+    except runtime_error() as exc:
+        raise cuda_error(exc) from exc
 
 
 def device_guard(device: int) -> Any:
@@ -142,7 +157,7 @@ def visible_devices() -> tuple[int, str]:
     except runtime.CUDARuntimeError as exc:
         if exc.status in _NO_GPU_HERE:
             return 0, str(exc)
-        raise _cuda_error(exc) from exc
+        raise cuda_error(exc) from exc
     return count, "" if count else "the CUDA driver sees no device"
 
 
