@@ -82,7 +82,8 @@ class NCCLBackend(Transport):
         self._comms: dict[int, Communicator] = {}
         self._pairs: dict[tuple[int, int], Communicator] = {}  # (device, peer): before the group's exists
         self._pending: collections.deque[CUDAWork] = collections.deque()
-        self._spare_events: dict[int, list] = {}  # device -> events of retired Works, to record again
+        # device -> events of retired Works, to record again
+        self._spare_events: collections.defaultdict[int, list] = collections.defaultdict(list)
         _open[self] = None
 
     # ---- arrays ---------------------------------------------------------------------------
@@ -169,8 +170,10 @@ class NCCLBackend(Transport):
                     enqueue(comm)
                 except Exception as exc:
                     failure = exc
-                spare = self._spare_events.get(comm.device)
-                done = spare.pop() if spare else cuda.new_event()
+                try:
+                    done = self._spare_events[comm.device].pop()
+                except IndexError:  # none to spare (another thread may just have taken the last)
+                    done = cuda.new_event()
                 done.record(comm.stream)
             work = CUDAWork(done, comm, outputs, keep, name, anchor)
             self._track(work)
@@ -189,11 +192,15 @@ class NCCLBackend(Transport):
         again: a finished Work never looks at its event)."""
         pending = self._pending
         for _ in range(_PRUNE_PER_CALL):
-            if not pending or not pending[0]._passed():
+            try:
+                oldest = pending.popleft()  # taken first: another thread pruning cannot take it too
+            except IndexError:
                 break
-            finished = pending.popleft()
-            finished._retire()
-            self._spare_events.setdefault(finished._comm.device, []).append(finished._event)
+            if not oldest._passed():
+                pending.appendleft(oldest)
+                break
+            oldest._retire()
+            self._spare_events[oldest._comm.device].append(oldest._event)
         pending.append(work)
 
     def _group(self, calls: list[Step], what: str) -> Enqueue:

@@ -87,7 +87,7 @@ def _from_torch(t: Any) -> DeviceBuffer:
     dtype = _torch_dtype(t.dtype)
     if t.is_conj() or t.is_neg():
         raise ValueError("tensors with a lazy conj/neg bit must be resolved first (tensor.resolve_conj())")
-    return DeviceBuffer(t.data_ptr(), t.numel(), dtype, tuple(t.shape), t.device.index, t, "torch",
+    return DeviceBuffer(t.data_ptr(), t.numel(), dtype, tuple(t.shape), t.get_device(), t, "torch",
                         t.is_contiguous())
 
 

@@ -70,15 +70,17 @@ def as_view(tensor: Any) -> Any:
     hpc_c10d's own handling and errors. A view owns nothing, so the one made for an address,
     dtype and shape serves every tensor that has them (kept: making one costs ~1 us).
     """
+    if not tensor.is_cpu:  # first, so a CUDA tensor leaves at once (a CPU one needs this check anyway)
+        return tensor
     try:
         key = (tensor.data_ptr(), tensor.dtype, tensor.shape)
     except RuntimeError:  # no storage (a sparse tensor)
         return tensor
     view = _views.get(key)
-    if view is not None and tensor.is_contiguous() and tensor.is_cpu:
+    if view is not None and tensor.is_contiguous():
         return view
     np_dtype = _NUMPY_DTYPES.get(tensor.dtype)
-    if np_dtype is None or not tensor.is_cpu or not tensor.is_contiguous():
+    if np_dtype is None or not tensor.is_contiguous():
         return tensor
     if np_dtype.kind == "c" and (tensor.is_conj() or tensor.is_neg()):
         return tensor
