@@ -23,6 +23,8 @@ CORRUPT_ENV = "HPC_C10D_BENCH_CORRUPT"
 
 def count_wrong(got: np.ndarray, expected: np.ndarray) -> int:
     """Elements of ``got`` that differ from ``expected`` (floating types within their precision)."""
+    if np.array_equal(got, expected):  # the usual answer, found without float64 copies (1 GiB: 0.2 s, not 4)
+        return 0
     if expected.dtype.kind in "fV":
         tolerance = 1e-2 if expected.dtype.itemsize == 2 else 1e-6
         close = np.isclose(got.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=0)
