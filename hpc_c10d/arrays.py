@@ -46,8 +46,9 @@ def device_type(x: Any, name: str | None = None) -> str:
         return "cuda" if x.is_cuda else "cpu" if x.is_cpu else x.device.type
     if isinstance(x, np.ndarray):
         return "cpu"
-    if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):  # the type's
-        return "cuda"  # property first: cupy builds the interface's dict on every read
+    # the type's property first: reading cupy's builds the interface's dict every time
+    if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):
+        return "cuda"
     dlpack_device = getattr(x, "__dlpack_device__", None)
     if dlpack_device is not None:
         code = int(dlpack_device()[0])

@@ -16,7 +16,7 @@ import ctypes
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DistBackendError
 from . import cuda
@@ -74,17 +74,25 @@ def settle(nccl: Nccl, handle: int, result: int, what: str, timeout_s: float | N
     caller asked for: init, split, collectives and ncclGroupEnd then return ncclInProgress, and
     the communicator's state must be polled until the call has finished (or failed).
     """
-    deadline = None
     state = ctypes.c_int(result)
-    while state.value == IN_PROGRESS:
-        now = time.monotonic()
-        if deadline is None:
-            deadline = None if timeout_s is None else now + timeout_s
-        elif deadline is not None and now > deadline:
-            raise DistBackendError(f"NCCL call {what} was still in progress after {timeout_s:g} s")
-        time.sleep(_POLL_S)
-        nccl.check(nccl.ncclCommGetAsyncError(handle, ctypes.byref(state)), "ncclCommGetAsyncError")
+    if state.value == IN_PROGRESS:
+
+        def finished() -> bool:
+            nccl.check(nccl.ncclCommGetAsyncError(handle, ctypes.byref(state)), "ncclCommGetAsyncError")
+            return state.value != IN_PROGRESS
+
+        _poll(finished, timeout_s, f"NCCL call {what} was still in progress after")
     nccl.check(state.value, what)
+
+
+def _poll(done: Callable[[], bool], timeout_s: float | None, late: str) -> None:
+    """Call ``done`` every ``_POLL_S`` until it says True; DistBackendError ``late`` past
+    ``timeout_s`` (None: no limit)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not done():
+        if deadline is not None and time.monotonic() > deadline:
+            raise DistBackendError(f"{late} {timeout_s:g} s")
+        time.sleep(_POLL_S)
 
 
 class Communicator:
@@ -148,12 +156,8 @@ class Communicator:
     def _split_handle(self, handle: ctypes.c_void_p) -> int:
         """The new communicator of a split, once NCCL has written it: a nonblocking split (and
         NCCL 2.28's) stores the handle from its background job, after the call has returned."""
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
-        while not handle.value:
-            if deadline is not None and time.monotonic() > deadline:
-                raise DistBackendError(f"ncclCommSplit gave no new communicator within {self.timeout_s:g} s")
-            time.sleep(_POLL_S)
-        return handle.value
+        _poll(lambda: bool(handle.value), self.timeout_s, "ncclCommSplit gave no new communicator within")
+        return handle.value or 0
 
     def async_error(self) -> str | None:
         """NCCL's asynchronous error for this communicator, as text, or None."""

@@ -6,6 +6,7 @@ handle and wrapped, so one code path serves cupy arrays, torch tensors and other
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .._extras import gpu_install_hint
@@ -21,19 +22,14 @@ _NOT_READY = 600  # cudaErrorNotReady: what cudaEventQuery says of an event the 
 _NO_GPU_HERE = (35, 100)  # cudaErrorInsufficientDriver (no driver), cudaErrorNoDevice
 
 
-_cupy: Any = None
-
-
+@functools.cache  # on every GPU call's path: an import statement costs more than the cache
 def cupy() -> Any:
     """The cupy module; RuntimeError naming the extra to install when it is missing."""
-    global _cupy
-    if _cupy is None:
-        try:
-            import cupy as module
-        except ImportError as exc:
-            raise RuntimeError(f"the NCCL backend uses CuPy for streams and events: {gpu_install_hint()}") from exc
-        _cupy = module
-    return _cupy
+    try:
+        import cupy as module
+    except ImportError as exc:
+        raise RuntimeError(f"the NCCL backend uses CuPy for streams and events: {gpu_install_hint()}") from exc
+    return module
 
 
 class _RawStream:
@@ -62,19 +58,14 @@ def _wrap(ptr: int, device: int) -> Any:
     return stream
 
 
-_raw_stream: Any = None
-
-
+@functools.cache
 def _torch_raw_stream() -> Any:
     """device -> torch's current ``cudaStream_t`` there, as an int: the call torch.compile's code
     makes (``torch.cuda.current_stream()`` builds a Stream object on every call)."""
-    global _raw_stream
-    if _raw_stream is None:
-        import torch
+    import torch
 
-        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-            lambda device: torch.cuda.current_stream(device).cuda_stream)
-    return _raw_stream
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+        lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
 def caller_stream(buf: DeviceBuffer) -> Any:

@@ -4,8 +4,8 @@
     mpiexec -n 1 python tests/gpu/profile_calls.py [CALLS]    # a device_steps.py step
 
 Paths: ``hpc_c10d.all_reduce`` on an 8-byte cupy array and torch tensor, torch's ``all_reduce`` on
-backend "hpc" (the plugin) and on torch's own "nccl", and a DDP step (6 x 4096^2 bf16 MLP) on
-each backend. The bench (``python -m hpc_c10d bench``) gives the numbers; this gives the
+backend "hpc" (the plugin) and on torch's own "nccl", and a DDP step (the bench's 100M bf16 MLP)
+on each backend. The bench (``python -m hpc_c10d bench``) gives the numbers; this gives the
 breakdown behind them: for each Python path, the functions that spend the most time of their own;
 for DDP also the step under a short GIL switch interval and torch.profiler's per-op table.
 """
@@ -15,20 +15,15 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 
 from probes import gpu_or_exit  # beside this file
 
+from hpc_c10d.bench import timing
+
 
 def _per_call_us(call, calls: int, sync) -> float:
-    for _ in range(50):
-        call()
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    sync()
-    return (time.perf_counter() - start) / calls * 1e6
+    timing.batch(call, 50, sync)  # warm-up
+    return timing.batch(call, calls, sync) * 1e6
 
 
 def _profile(title: str, call, calls: int, sync, top: int = 18) -> None:
@@ -66,7 +61,7 @@ def main() -> None:
     native_us = _per_call_us(lambda: tdist.all_reduce(t, group=native), calls, sync)
     print(f"\n## torch all_reduce on 'nccl', 8 B: {native_us:.1f} us per call alone", flush=True)
 
-    width = 4096
+    width = training._width(100_000_000)
     inp = torch.randn(64, width, device=device, dtype=torch.bfloat16)
     out = torch.randn(64, width, device=device, dtype=torch.bfloat16)
     for name, group in (("hpc", tdist.group.WORLD), ("nccl", native)):
@@ -80,7 +75,7 @@ def main() -> None:
 
 def _ddp_timeline(torch, name: str, step, sync) -> None:
     """The step again with a short GIL switch interval (DDP's reducer calls the plugin from the
-    autograd thread), then torch.profiler's table of one step, CPU and CUDA time per op."""
+    autograd thread), then torch.profiler's tables of three steps: CPU and CUDA time per op."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)
     fast_switch = _per_call_us(step, 30, sync)
