@@ -45,6 +45,7 @@ def _options(opts: Any, cls: type, **plain: Any) -> Any:
 class TorchProcessGroupAPI:
     """Mixin for ``ProcessGroup``: the method names and overloads of torch's ProcessGroup."""
 
+    _rank: int
     # The validated operations ProcessGroup defines, each called here with async_op=True.
     _broadcast: Callable[..., Work]
     _all_reduce: Callable[..., Work]
@@ -52,6 +53,7 @@ class TorchProcessGroupAPI:
     _all_gather: Callable[..., Work]
     _all_gather_into_tensor: Callable[..., Work]
     _gather: Callable[..., Work]
+    _gather_single: Callable[..., Work]
     _scatter: Callable[..., Work]
     _reduce_scatter: Callable[..., Work]
     _reduce_scatter_tensor: Callable[..., Work]
@@ -106,6 +108,10 @@ class TorchProcessGroupAPI:
         opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
         outputs = _one(output_tensors, "output_tensors") if output_tensors else None
         return self._gather(_one(input_tensors, "input_tensors"), outputs, opts.rootRank, True)
+
+    def gather_single(self, output, input, opts=None) -> Work:
+        opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
+        return self._gather_single(output if self._rank == opts.rootRank else None, input, opts.rootRank, True)
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, ScatterOptions) else _options(None, ScatterOptions, rootRank=opts)

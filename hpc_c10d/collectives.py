@@ -18,8 +18,8 @@ from .work import Work, combine_works
 
 __all__ = [
     "broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "gather",
-    "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single",
-    "barrier", "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced",
+    "gather_single", "gather_into_tensor", "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+    "all_to_all_single", "barrier", "all_gather_single", "reduce_scatter_single", "all_reduce_coalesced",
     "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base",
 ]
 
@@ -95,6 +95,23 @@ def gather(tensor: Any, gather_list: list | None = None, dst: int | None = None,
     if pg is None:
         return None
     return pg._gather(tensor, gather_list, to_group_rank(pg, dst, group_dst, "dst", 0), async_op)
+
+
+def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
+                  group: ProcessGroup | None = None, async_op: bool = False,
+                  group_dst: int | None = None) -> Work | None:
+    """Gather every rank's tensor into the one array ``gather_tensor`` on ``dst`` (default: rank
+    0), in rank order: contiguous, with ``world_size * tensor.numel()`` elements (flat or stacked)."""
+    pg = _member(group, "gather_single")
+    if pg is None:
+        return None
+    return pg._gather_single(gather_tensor, tensor, to_group_rank(pg, dst, group_dst, "dst", 0), async_op)
+
+
+def gather_into_tensor(*args: Any, **kwargs: Any) -> Work | None:
+    """torch 2.14's deprecated name for ``gather_single`` (the same arguments)."""
+    _deprecated("gather_into_tensor", "gather_single")
+    return gather_single(*args, **kwargs)
 
 
 def scatter(tensor: Any, scatter_list: list | None = None, src: int | None = None,

@@ -10,8 +10,8 @@ from .backend import Backend, BackendConfig, is_backend_available
 from .collectives import (  # noqa: F401 - the _base aliases stay importable, as in torch
     _all_gather_base, _reduce_scatter_base, all_gather, all_gather_coalesced,
     all_gather_into_tensor, all_gather_single, all_reduce, all_reduce_coalesced, all_to_all, all_to_all_single,
-    barrier, broadcast, gather, reduce, reduce_scatter, reduce_scatter_single, reduce_scatter_tensor,
-    scatter,
+    barrier, broadcast, gather, gather_into_tensor, gather_single, reduce, reduce_scatter, reduce_scatter_single,
+    reduce_scatter_tensor, scatter,
 )
 from .debug import DebugLevel, get_debug_level
 from .groups import (
@@ -23,7 +23,7 @@ from .lifecycle import (  # noqa: F401 - _get_default_group/_get_default_store: 
     get_backend_config, get_default_backend_for_device, get_node_local_rank, get_pg_count,
     get_rank, get_world_size, init_process_group, is_gloo_available, is_initialized,
     is_mpi_available, is_nccl_available, is_torchelastic_launched, is_ucc_available,
-    is_xccl_available, supports_complex,
+    is_xccl_available, set_timeout, supports_complex,
 )
 from .monitored_barrier import monitored_barrier
 from .object_collectives import (
@@ -59,7 +59,8 @@ __all__ = [
     "default_pg_timeout", "get_group_rank", "get_global_rank", "get_process_group_ranks",
     "reduce_op", "all_gather_into_tensor", "reduce_scatter_tensor", "get_node_local_rank",
     "split_group", "monitored_barrier", "GroupName", "all_gather_single", "reduce_scatter_single",
-    "Store", "PrefixStore", "shrink_group", "SHRINK_DEFAULT", "SHRINK_ABORT",
+    "Store", "PrefixStore", "shrink_group", "SHRINK_DEFAULT", "SHRINK_ABORT", "gather_single",
+    "gather_into_tensor", "set_timeout",
 ]
 
 #: A process group's name (torch's NewType over str).

@@ -29,7 +29,7 @@ __all__ = [
     "is_available", "is_mpi_available", "is_nccl_available", "is_gloo_available",
     "is_ucc_available", "is_xccl_available", "is_backend_available", "is_torchelastic_launched",
     "get_rank", "get_world_size", "get_backend", "get_backend_config", "get_pg_count",
-    "get_node_local_rank", "get_default_backend_for_device", "supports_complex",
+    "get_node_local_rank", "get_default_backend_for_device", "set_timeout", "supports_complex",
     "_get_default_group", "_get_default_store", "check_timeout",
 ]
 
@@ -297,6 +297,15 @@ def _member_group(group: Any) -> ProcessGroup:
 def get_backend(group: ProcessGroup | None = None) -> str:
     """Return the backend name of ``group`` (as given to init, e.g. ``"gloo"``)."""
     return _member_group(group).name()
+
+
+def set_timeout(timeout: timedelta, group: ProcessGroup | None = None) -> None:
+    """Make ``timeout`` the default of ``group``'s later operations (torch 2.14's ``set_timeout``;
+    ValueError for a group this process is not in, TypeError unless a ``timedelta``)."""
+    pg = _member_group(group)
+    if not isinstance(timeout, timedelta):
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    pg._timeout = timeout
 
 
 def get_backend_config(group: ProcessGroup | None = None) -> str:

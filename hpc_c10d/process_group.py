@@ -326,6 +326,23 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._seq += 1
         return t.gather_list(outs, inp, root, async_op, gather_list or [])
 
+    def _gather_single(self, gather_tensor, tensor, root, async_op):
+        """``gather`` into one array on the root: ``gather_tensor`` (contiguous, ``size`` times
+        ``tensor``'s elements, any shape) holds every rank's ``tensor`` in group-rank order."""
+        root = self._check_root(root, "gather_single")
+        is_root = self._rank == root
+        if is_root and gather_tensor is None:
+            raise ValueError("gather_tensor must be specified on the destination rank")
+        t = self._transport_of_all("gather_single", tensor=[tensor], gather_tensor=[gather_tensor] if is_root else [])
+        inp = t.adapt_input(tensor, "tensor")
+        if not is_root:
+            return self._gather(inp, None, root, async_op)
+        out = t.adapt_output(gather_tensor, "gather_tensor")
+        if out.size != self._size * inp.size:
+            raise ValueError(f"gather_single: gather_tensor needs {self._size} x {inp.size} = "
+                             f"{self._size * inp.size} elements (one tensor per rank), got {out.size}")
+        return self._gather(inp, list(out.reshape((self._size, *inp.shape))), root, async_op)
+
     def _scatter(self, tensor, scatter_list, root, async_op):
         t = self._cpu
         if t is not None and type(root) is int and 0 <= root < self._size and plain_output(tensor) and (

@@ -8,7 +8,7 @@ import pytest
 
 import hpc_c10d as dist
 from hpc_c10d.arrays import bfloat16
-from _reference import (SHAPES, Deferred, a2a_chunk, assert_same, empty_like_filled,
+from _reference import (ALL_DTYPES, SHAPES, Deferred, a2a_chunk, assert_same, dtype_id, empty_like_filled,
                         raises_everywhere, rank_data, reduce_inputs, reduce_ref, split_count)
 
 pytestmark = pytest.mark.mpi
@@ -258,6 +258,36 @@ def test_gather_noncontiguous_input(world, rank, size):
             for r in range(size):
                 check(f"root {root} from {r}", glist[r], rank_data((5, 4), np.float64, r)[:, 2])
     check.verify()
+
+
+@pytest.mark.parametrize("layout", ["flat", "stacked"])
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=dtype_id)
+def test_gather_single_every_root(world, rank, size, dt, layout):
+    """torch 2.14's gather_single: every rank's tensor, in rank order, into one array on the root
+    (its element count is what must match: flat or stacked)."""
+    check = Deferred()
+    for root in range(size):
+        shape = (size * 6,) if layout == "flat" else (size, 2, 3)
+        out = empty_like_filled(shape, dt) if rank == root else None
+        assert dist.gather_single(rank_data((2, 3), dt, rank), out, dst=root) is None
+        if rank == root:
+            check(f"root {root}", out.reshape(size, 2, 3), np.stack([rank_data((2, 3), dt, r) for r in range(size)]))
+    check.verify()
+
+
+def test_gather_into_tensor_is_gather_single_deprecated(world, rank, size):
+    out = np.zeros(size * 2) if rank == 0 else None
+    with pytest.warns(FutureWarning, match="gather_single"):
+        dist.gather_into_tensor(np.full(2, float(rank)), out)
+    if rank == 0:
+        assert_same(out, np.repeat(np.arange(size, dtype=np.float64), 2))
+
+
+@pytest.mark.parametrize("bad", ["too small", "missing", "noncontiguous"])
+def test_gather_single_bad_output_raises_on_every_rank(world, rank, size, bad):
+    """Every rank names itself the root, so each has the bad output and raises before sending."""
+    out = {"too small": np.zeros(size * 2 - 1), "missing": None, "noncontiguous": np.zeros(size * 4)[::2]}[bad]
+    raises_everywhere(lambda: dist.gather_single(np.ones(2), out, dst=rank))
 
 
 # ------------------------------------------------------------------------------ scatter

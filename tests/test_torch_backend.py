@@ -8,6 +8,8 @@ import pytest
 
 from test_torch_backend_common import sizes_only, tdist, torch, torch_world
 
+from hpc_c10d.torch._process_group import PER_DEVICE_BACKEND, hpc_backend
+
 pytestmark = pytest.mark.mpi
 
 ReduceOp = tdist.ReduceOp
@@ -67,7 +69,8 @@ def test_async_work_wait_and_future():
     t = contribution(_rank())
     work = tdist.all_reduce(t, async_op=True)
     assert work.wait(timeout=datetime.timedelta(seconds=60))
-    assert work.is_completed() and work.is_success() and work.exception() is None
+    if not PER_DEVICE_BACKEND:  # from 2.14 torch's Work trampoline reaches wait() and get_future() only
+        assert work.is_completed() and work.is_success() and work.exception() is None
     expected = sum(contribution(r) for r in range(_size()))
     torch.testing.assert_close(t, expected)
     doubled = tdist.all_reduce(t, async_op=True).get_future().then(lambda fut: fut.value()[0] * 2)
@@ -303,7 +306,8 @@ def test_torch_finds_the_backend_for_each_device_it_serves():
         world._get_backend(torch.device("xpu"))
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2))
     model(torch.ones(4, 3)).sum().backward()
-    assert model._get_ddp_logging_data()["backend_name"] == "hpc"
+    # from 2.14 torch's own group holds the backend, and C++ names a Python one "custom"
+    assert model._get_ddp_logging_data()["backend_name"] == ("custom" if PER_DEVICE_BACKEND else "hpc")
 
 
 def _sparse_contribution(rank, dtype, empty_on_rank0=False):
@@ -344,3 +348,24 @@ def test_sparse_all_reduce_of_a_vector():
     mine = torch.sparse_coo_tensor(torch.arange(_rank() + 1).reshape(1, -1), torch.ones(_rank() + 1), (_size(),))
     tdist.all_reduce(mine)
     torch.testing.assert_close(mine.to_dense(), torch.tensor([float(_size() - i) for i in range(_size())]))
+
+
+@pytest.mark.skipif(not hasattr(tdist, "gather_single"),
+                    reason=f"torch {torch.__version__} has no gather_single (2.14 adds it)")
+def test_gather_single_is_refused_by_torch_before_anything_is_sent():
+    """torch 2.14's Backend trampoline does not forward gather_single to a Python backend, so torch
+    refuses it on every rank (docs/torch_backend.md); gather serves instead."""
+    rank, size = _rank(), _size()
+    out = torch.empty(size * 3) if rank == 0 else None
+    with pytest.raises(RuntimeError, match="Backend hpc does not support gather_single"):
+        tdist.gather_single(torch.full((3,), float(rank)), out, dst=0)
+    tdist.barrier()
+
+
+@pytest.mark.skipif(not hasattr(tdist, "set_timeout"),
+                    reason=f"torch {torch.__version__} has no set_timeout (2.14 adds it)")
+def test_set_timeout_reaches_the_backend():
+    group = tdist.new_group(list(range(_size())))
+    tdist.set_timeout(datetime.timedelta(seconds=42), group)
+    assert hpc_backend(group)._inner._timeout == datetime.timedelta(seconds=42)
+    tdist.destroy_process_group(group)

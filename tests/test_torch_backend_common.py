@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 tdist = pytest.importorskip("torch.distributed")
 
 from hpc_c10d.torch import BACKEND_NAME, register  # noqa: E402
+from hpc_c10d.torch._process_group import hpc_backend  # noqa: E402
 
 
 def _guest_watchdog():
@@ -55,7 +56,7 @@ def test_rendezvous_gives_mpi_ranks_and_the_hpc_backend():
     world = torch_world()
     assert tdist.get_rank() == MPI.COMM_WORLD.Get_rank()
     assert tdist.get_world_size() == MPI.COMM_WORLD.Get_size()
-    assert tdist.get_backend() == "hpc" and world.name() == "hpc"
+    assert tdist.get_backend() == "hpc" and hpc_backend(world).name() == "hpc"
 
 
 @pytest.mark.mpi

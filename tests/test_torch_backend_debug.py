@@ -1,7 +1,9 @@
-"""Backend "hpc" under torch's debug aids: DETAIL fingerprints, sequence numbers, the flight recorder.
+"""Backend "hpc" under torch's debug aids: DETAIL fingerprints, sequence numbers, the flight
+recorder, CommDebugMode, and device maps that mix backends.
 
-torch wraps no Python process group in its own DETAIL checker, so the plugin's collectives run
-hpc_c10d's (the same per-op path as the numpy API). The last rank deviates in one field; every
+The plugin's collectives run hpc_c10d's DETAIL checks (the same per-op path as the numpy API):
+torch wraps no Python process group in its checker, and the plugin keeps its own gloo-based one
+off a per-device "hpc" Backend (torch >= 2.14). The last rank deviates in one field; every
 rank must raise torch's DistBackendError naming that field before any data moves, and the group
 must still compute right afterwards.
 """
@@ -10,6 +12,7 @@ import pytest
 from test_torch_backend_common import tdist, torch, torch_world
 
 from hpc_c10d import debug, flight_recorder
+from hpc_c10d.torch._process_group import PER_DEVICE_BACKEND, ProcessGroupHPC, hpc_backend
 
 pytestmark = pytest.mark.mpi
 
@@ -143,7 +146,7 @@ def test_every_plugin_operation_is_numbered_and_recorded(monkeypatch):
     torch_world()
     monkeypatch.setenv(flight_recorder.BUFFER_ENV, "16")  # the ring on, for groups made now
     group = tdist.new_group(list(range(_size())))
-    inner = group._inner
+    inner = hpc_backend(group)._inner
     x = torch.ones(3)
     tdist.all_reduce(x, group=group)
     tdist.broadcast(x, 0, group=group, async_op=True).wait()
@@ -153,4 +156,62 @@ def test_every_plugin_operation_is_numbered_and_recorded(monkeypatch):
     assert [(e["op"], e["seq"], e["shape"], e["dtype"]) for e in entries[-3:]] == [
         ("allreduce", 1, [3], "float32"), ("broadcast", 2, [3], "float32"), ("barrier", 3, None, None)]
     assert [e["state"] for e in entries[-3:]] == ["completed", "scheduled", "completed"]
+    tdist.destroy_process_group(group)
+
+
+def test_hang_reports_name_the_group_as_torch_describes_it():
+    """The plugin's flight recorder and watchdog describe a group as torch does (from torch 2.14
+    torch's own ProcessGroup holds the description, given after the backend was made)."""
+    torch_world()
+    group = tdist.new_group(list(range(_size())), group_desc="halo exchange")
+    assert hpc_backend(group)._inner.group_desc == "halo exchange"
+    assert hpc_backend()._inner.group_desc == "default_pg"
+    tdist.destroy_process_group(group)
+
+
+_NO_PYTHON_BACKEND = (f"torch {torch.__version__} lets no Python class be a per-device Backend, so torch calls "
+                      "the plugin's ProcessGroup directly, past its c10d dispatcher ops (docs/torch_backend.md)")
+
+
+def _counted(group, mesh):
+    """What CommDebugMode counts while a few collectives and a DTensor distribution run on ``group``."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    size = tdist.get_world_size(group)
+    mode = CommDebugMode()
+    with mode:
+        t = torch.ones(4)
+        tdist.all_reduce(t, group=group)
+        tdist.broadcast(t, 0, group=group)
+        tdist.all_gather_into_tensor(torch.empty(4 * size), t, group=group)
+        tdist.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * size), group=group)
+        tdist.all_reduce(t, group=group, async_op=True).wait()
+        tdist.barrier(group=group)
+        distribute_tensor(torch.arange(2.0 * size), mesh, [Shard(0)])  # DTensorAPITest.test_distribute_tensor_rank
+    assert torch.equal(t, torch.full((4,), float(size * size)))
+    return {str(op): count for op, count in mode.get_comm_counts().items()}
+
+
+@pytest.mark.skipif(not PER_DEVICE_BACKEND, reason=_NO_PYTHON_BACKEND)
+def test_comm_debug_mode_counts_the_same_operations_as_on_gloo():
+    from torch.distributed.device_mesh import DeviceMesh
+
+    world = torch_world()
+    gloo = tdist.new_group(backend="gloo")
+    counts = _counted(world, DeviceMesh.from_group(world, "cpu"))
+    assert counts == _counted(gloo, DeviceMesh.from_group(gloo, "cpu"))
+    assert counts["c10d.allreduce_"] == 2 and counts["c10d.scatter_"] == 1
+    tdist.destroy_process_group(gloo)
+
+
+@pytest.mark.skipif(not PER_DEVICE_BACKEND, reason=_NO_PYTHON_BACKEND)
+def test_a_device_map_gives_hpc_one_device_and_another_backend_the_other():
+    torch_world()
+    group = tdist.new_group(backend="cpu:hpc,cuda:gloo")
+    assert isinstance(group._get_backend(torch.device("cpu")), ProcessGroupHPC)
+    assert type(group._get_backend(torch.device("cuda"))).__name__ == "ProcessGroupGloo"
+    t = torch.full((3,), float(_rank()))
+    tdist.all_reduce(t, group=group)
+    assert torch.equal(t, torch.full((3,), float(sum(range(_size())))))
     tdist.destroy_process_group(group)

@@ -74,11 +74,13 @@ def run_method(bench: Sweep, tdist: Any) -> list[Record]:
     import torch
     from mpi4py import MPI
 
+    from ..torch._process_group import hpc_backend
+
     data = np.ones(2, np.float32)
     tensor = torch.from_numpy(data)
     opts = tdist.AllreduceOptions()
     opts.asyncOp = False
-    steps: dict[str, Callable[[], Any]] = {PLUGIN: partial(_waited, tdist.group.WORLD.allreduce, [tensor], opts),
+    steps: dict[str, Callable[[], Any]] = {PLUGIN: partial(_waited, hpc_backend().allreduce, [tensor], opts),
              "mpi4py": partial(bench.comm.Allreduce, MPI.IN_PLACE, data)}
     wrong = {}
     for name, step in steps.items():

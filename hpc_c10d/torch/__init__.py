@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BACKEND_NAME", "SUPPORTED_TORCH", "ProcessGroupHPC", "TorchMPIStore", "register"]
+__all__ = ["BACKEND_NAME", "SUPPORTED_TORCH", "ProcessGroupHPC", "TorchMPIStore", "hpc_backend", "register"]
 
 _HOMES = {
     "BACKEND_NAME": "_registration", "register": "_registration", "ProcessGroupHPC": "_process_group",
+    "hpc_backend": "_process_group",
     "TorchMPIStore": "_store", "SUPPORTED_TORCH": "_version",
 }
 

@@ -1,4 +1,10 @@
-"""``ProcessGroupHPC``: the process group torch gets for backend ``"hpc"``.
+"""``ProcessGroupHPC``: what torch gets for backend ``"hpc"``.
+
+Where torch lets a Python class be a per-device ``Backend`` (2.14 and later), it is one: torch
+wraps it in a ``ProcessGroup`` of its own, so its collectives pass through torch's ``c10d::*``
+dispatcher ops (``CommDebugMode`` and the profiler count them) and a device map may give CUDA to
+another backend (``"cpu:hpc,cuda:nccl"``). Before 2.14 (no Python constructor for ``Backend``)
+it is a ``ProcessGroup`` subclass, which torch uses as the whole group. Both run the methods below.
 
 torch (and its C++ callers: DDP's reducer, functional collectives, DTensor) call the methods
 below with lists of tensors and an options struct. Each unpacks them and enters hpc_c10d's
@@ -10,9 +16,10 @@ blocking CPU call waits inside that path, at most its timeout (``_finish_within`
 
 from __future__ import annotations
 
+import weakref
 from datetime import timedelta
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -21,6 +28,7 @@ from torch._C._distributed_c10d import (
     AllgatherOptions, AllreduceCoalescedOptions, AllreduceOptions, AllToAllOptions, BarrierOptions,
     BroadcastOptions, GatherOptions, ReduceOptions, ReduceScatterOptions, ScatterOptions,
 )
+from torch._C._distributed_c10d import Backend as _TorchBackend  # Python may subclass it from 2.14
 
 from .. import flight_recorder
 from ..backend import BackendConfig
@@ -32,11 +40,17 @@ from ..work import Work, combine_works, spin
 from ._ops import PLAIN_OPS, as_view, as_views, to_hpc_op
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import close_stores
-from ._shrink import installable as shrinking_installable
 from ._sparse import all_reduce_sparse
+from ._version import has_shrink_helpers, python_backends
 from ._work import TorchWork, wait_within
 
-__all__ = ["ProcessGroupHPC", "ProcessFailedError"]
+__all__ = ["ProcessGroupHPC", "ProcessFailedError", "PER_DEVICE_BACKEND", "hpc_backend"]
+
+
+#: True where "hpc" is a per-device ``Backend`` in torch's own ``ProcessGroup`` (torch >= 2.14),
+#: False where it is a ``ProcessGroup`` subclass that torch uses as the whole group.
+PER_DEVICE_BACKEND = python_backends()
+_Base: Any = _TorchBackend if PER_DEVICE_BACKEND else dist.ProcessGroup
 
 
 class ProcessFailedError(_ProcessFailedError, dist.DistBackendError):
@@ -85,16 +99,36 @@ def _root_tensor(opts: Any, name: str) -> int:
     return opts.rootRank
 
 
-class ProcessGroupHPC(dist.ProcessGroup):
-    """A torch process group whose collectives run on an MPI communicator through hpc_c10d."""
+class _HeldByTorch(_HPCGroup):
+    """hpc_c10d's group behind a per-device "hpc" Backend. torch's own ProcessGroup holds the
+    group's description, given after the backend is made, so it is read from there."""
+
+    _torch_group: Any = None  # a weak reference to that ProcessGroup, once known
+
+    @property
+    def _desc(self) -> str:
+        group = self._torch_group() if self._torch_group is not None else None
+        return group.group_desc if group is not None else self._given_desc
+
+    @_desc.setter
+    def _desc(self, desc: str) -> None:
+        self._given_desc = desc
+
+
+_Group = _HeldByTorch if PER_DEVICE_BACKEND else _HPCGroup
+
+
+class ProcessGroupHPC(_Base):
+    """torch's backend "hpc": collectives on an MPI communicator through hpc_c10d (a per-device
+    ``Backend`` on torch >= 2.14, else a ``ProcessGroup``; ``hpc_backend(group)`` finds it)."""
 
     def __init__(self, comm: Any, global_ranks: Sequence[int], group_name: str, timeout: timedelta) -> None:
         super().__init__(comm.Get_rank(), comm.Get_size())
         ranks = list(global_ranks) or list(range(comm.Get_size()))
         self._comm = comm
         self._opts: Any = _BARRIER  # the options of the latest call (a blocking one's timeout is read from them)
-        self._inner = _HPCGroup(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout,
-                                finish_within=self._finish_within)
+        self._inner = _Group(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout,
+                             finish_within=self._finish_within)
         instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
                    mismatch=dist.DistBackendError)
         self._inner._process_failed_error = ProcessFailedError  # type: ignore[attr-defined]
@@ -117,7 +151,7 @@ class ProcessGroupHPC(dist.ProcessGroup):
     @property
     def supports_shrinking(self) -> bool:
         """True where the plugin serves torch's ``shrink_group`` (torch/_shrink.py)."""
-        return shrinking_installable()
+        return has_shrink_helpers()
 
     @property
     def _device_types(self) -> list[torch.device]:
@@ -130,8 +164,18 @@ class ProcessGroupHPC(dist.ProcessGroup):
             raise RuntimeError(f"No backend type associated with device type {kind}")
         return self
 
-    def _set_default_timeout(self, timeout: timedelta) -> None:
+    def _held_by(self, group: Any) -> ProcessGroupHPC:
+        """Note torch's ProcessGroup that holds this backend (torch >= 2.14), which describes the
+        group, and return the backend."""
+        cast(_HeldByTorch, self._inner)._torch_group = weakref.ref(group)
+        return self
+
+    def set_timeout(self, timeout: timedelta) -> None:
+        """Make ``timeout`` the group's default for later operations (torch >= 2.14's
+        ``dist.set_timeout``; before, torch's ``_set_pg_timeout`` serves gloo and NCCL alone)."""
         self._inner._timeout = timeout
+
+    _set_default_timeout = set_timeout
 
     group_name = property(lambda self: self._inner.group_name, doc="The name torch registered the group under.")
     group_desc = property(lambda self: self._inner.group_desc, doc="torch's description of the group.")
@@ -388,3 +432,18 @@ class ProcessGroupHPC(dist.ProcessGroup):
         """Wait for MPI ``work`` that a spin did not see finish, at most its timeout."""
         wait_within(work, self._limit(opts), f"{name} in group {self.group_name!r}")
 
+
+def hpc_backend(group: Any = None) -> ProcessGroupHPC:
+    """The ``ProcessGroupHPC`` behind a torch process group (default: the default group): the
+    group itself before torch 2.14, from 2.14 on its backend for the first device "hpc" serves
+    there. ValueError for a group without one."""
+    import torch.distributed.distributed_c10d as c10d
+
+    target = c10d._get_default_group() if group is None else group
+    if isinstance(target, ProcessGroupHPC):
+        return target
+    for device in target._device_types:
+        backend = target._get_backend(device)
+        if isinstance(backend, ProcessGroupHPC):
+            return backend
+    raise ValueError(f"{target!r} has no backend {BACKEND_NAME!r}")

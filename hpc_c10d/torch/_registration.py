@@ -7,23 +7,45 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ._any_source import install as install_any_source_irecv
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
 from ._shrink import install as install_shrink_group
+from ._version import python_backends
 
 __all__ = ["BACKEND_NAME", "register", "devices"]
 
 
 def _create(options: Any, backend_options: Any) -> Any:
-    """torch's backend creator (extended API): a ProcessGroupHPC on the group's own communicator."""
+    """torch's backend creator (extended API): a ProcessGroupHPC on the group's own communicator
+    (from torch 2.14 a per-device Backend, which torch puts in its own ProcessGroup)."""
     from ._comms import group_communicator
-    from ._process_group import ProcessGroupHPC
+    from ._process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
     from ._rendezvous import claim_for_mpi
 
     claim_for_mpi(options.store)  # an env:// store under MASTER_ADDR/MASTER_PORT: MPI's, no port
     ranks = list(options.global_ranks_in_group)
     comm = group_communicator(ranks, options.group_rank, options.group_size)
-    return ProcessGroupHPC(comm, ranks, options.group_id, options.timeout)
+    backend = ProcessGroupHPC(comm, ranks, options.group_id, options.timeout)
+    return backend._held_by(options.process_group) if PER_DEVICE_BACKEND else backend
+
+
+def _without_torchs_detail_wrapper(create_wrapper: Any) -> Any:
+    """torch's DETAIL wrapper factory, leaving backend "hpc" unwrapped.
+
+    From torch 2.14 "hpc" is a per-device ``Backend``, which torch wraps at DETAIL in a checker
+    that compares each collective over a gloo group of its own (TCP sockets, an open port).
+    hpc_c10d compares them itself, over MPI (``instrument(detail=...)``), so ours is left as it is.
+    """
+    def create_process_group_wrapper(wrapped_pg: Any, *args: Any, **kwargs: Any) -> Any:
+        from ._process_group import ProcessGroupHPC
+
+        if isinstance(wrapped_pg, ProcessGroupHPC):
+            return wrapped_pg
+        return create_wrapper(wrapped_pg, *args, **kwargs)
+
+    create_process_group_wrapper.wraps_detail_wrapper = True  # type: ignore[attr-defined]
+    return create_process_group_wrapper
 
 
 def register() -> None:
@@ -35,10 +57,14 @@ def register() -> None:
     install_shrink_group()  # torch's shrink_group, for backend "hpc" too
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
+    c10d: Any = importlib.import_module("torch.distributed.distributed_c10d")
+    if python_backends():  # "hpc" is a per-device Backend (torch >= 2.14)
+        install_any_source_irecv()
+        if not hasattr(c10d._create_process_group_wrapper, "wraps_detail_wrapper"):
+            c10d._create_process_group_wrapper = _without_torchs_detail_wrapper(c10d._create_process_group_wrapper)
     # torch 2.15 hooks its flight recorder onto the C++ group of each backend that does not record
     # its own operations; ours has no C++ side, and hpc_c10d keeps its own flight recorder
-    self_recording = getattr(importlib.import_module("torch.distributed.distributed_c10d"),
-                             "_FR_SELF_RECORDING_BACKENDS", None)
+    self_recording = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
     if self_recording is not None:
         self_recording.add(BACKEND_NAME)
     rendezvous = importlib.import_module("torch.distributed.rendezvous")  # the package's name is a function

@@ -6,7 +6,8 @@ import re
 
 from .._extras import install_hint
 
-__all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch"]
+__all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch", "python_backends",
+           "has_shrink_helpers"]
 
 #: torch releases the plugin is tested with (the C++ hooks it overrides change between releases).
 SUPPORTED_TORCH = ">=2.11,<2.16"
@@ -38,3 +39,30 @@ def require_supported_torch() -> None:
     problem = torch_version_problem()
     if problem:
         raise ImportError(problem)
+
+
+def python_backends() -> bool:
+    """Whether the installed torch lets Python make a per-device ``Backend`` (2.14 and later bind
+    its constructor; before, only C++ can)."""
+    from torch._C._distributed_c10d import Backend
+
+    try:
+        Backend(0, 1)
+    except TypeError:  # "No constructor defined!"
+        return False
+    return True
+
+
+# torch's private helpers the plugin's shrink_group relies on (torch 2.13's; a torch without them
+# keeps its own function)
+_SHRINK_HELPERS = ("shrink_group", "_validate_shrink_inputs", "_prepare_shrink_target_group",
+                   "_validate_shrink_backend_requirements", "_validate_and_process_excluded_ranks",
+                   "_cleanup_process_group_global_state", "_update_default_pg", "_register_pg_in_world",
+                   "_process_group_name")
+
+
+def has_shrink_helpers() -> bool:
+    """Whether the installed torch has ``shrink_group`` and the helpers torch/_shrink.py uses."""
+    import torch.distributed.distributed_c10d as c10d
+
+    return all(hasattr(c10d, name) for name in _SHRINK_HELPERS)
