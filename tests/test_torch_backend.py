@@ -231,6 +231,24 @@ def test_send_recv_ring_and_any_source():
 
 
 @sizes_only(2, 3, 4)
+def test_point_to_point_handles_answer_every_method():
+    """isend/irecv handles say they are done, hold their tensor and, from any source, the sender
+    (from torch 2.14 the plugin's isend/irecv hand back the backend's own handle)."""
+    rank, size = _rank(), _size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    sent, got = torch.full((2,), float(rank)), torch.empty(2)
+    works = [tdist.isend(sent, right), tdist.irecv(got, left)]
+    for work in works:
+        assert work.wait() and work.is_completed() and work.is_success() and work.exception() is None
+    assert works[1].result()[0] is got and torch.equal(got, torch.full((2,), float(left)))
+    anyone = torch.empty(2)
+    work = tdist.isend(sent, right), tdist.irecv(anyone)
+    for w in work:
+        w.wait()
+    assert work[1]._source_rank() == left and torch.equal(anyone, torch.full((2,), float(left)))
+
+
+@sizes_only(2, 3, 4)
 def test_subgroup_of_even_ranks():
     evens = list(range(0, _size(), 2))
     group = tdist.new_group(evens)

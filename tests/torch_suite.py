@@ -36,12 +36,8 @@ EXPECTED_FAILURES = {
 }
 
 #: More, from torch 2.14 on, where "hpc" is a per-device Backend written in Python
-#: (docs/torch_backend.md): torch's Work trampoline forwards only wait() and get_future() to the
-#: handle, and torch's C++ group names a Python backend "custom".
-_HANDLE = "is_completed() of an async handle: torch's Work trampoline reaches Python for wait() and get_future() only"
+#: (docs/torch_backend.md): torch's C++ group names such a backend "custom".
 PER_DEVICE_BACKEND_FAILURES = {
-    "test_isend": _HANDLE, "test_isend_autograd_profiler": _HANDLE, "test_isend_torch_profiler": _HANDLE,
-    "test_irecv": _HANDLE,
     "test_ddp_logging_data_cpu": "DDP's logging data names the backend as torch's C++ group does: 'custom'",
 }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ._any_source import install as install_any_source_irecv
+from ._p2p import install as install_p2p
 from ._devices import BACKEND_NAME, devices
 from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
 from ._shrink import install as install_shrink_group
@@ -59,7 +59,7 @@ def register() -> None:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
     c10d: Any = importlib.import_module("torch.distributed.distributed_c10d")
     if python_backends():  # "hpc" is a per-device Backend (torch >= 2.14)
-        install_any_source_irecv()
+        install_p2p()
         if not hasattr(c10d._create_process_group_wrapper, "wraps_detail_wrapper"):
             c10d._create_process_group_wrapper = _without_torchs_detail_wrapper(c10d._create_process_group_wrapper)
     # torch 2.15 hooks its flight recorder onto the C++ group of each backend that does not record

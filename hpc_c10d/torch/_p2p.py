@@ -1,0 +1,75 @@
+"""torch's ``isend`` and ``irecv`` on backend "hpc" where it is a per-device ``Backend``: the
+backend's own handle.
+
+From torch 2.14 a handle that passed through torch's ``ProcessGroup`` reaches Python code for
+``wait()`` and ``get_future()`` only (torch's ``Work`` trampoline binds no other method): its
+``is_completed()`` would stay False, and a receive from any source could not say its
+``_source_rank()``. Point-to-point operations are not among what ``CommDebugMode`` counts, so the
+plugin puts these two functions in torch's place (``install``): on a group whose every device is
+"hpc" they run torch's checks and call the backend directly, whose handle answers everything.
+Other calls go to torch's functions. torch's ``send``, ``recv`` and ``batch_isend_irecv`` call
+these in turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from ._devices import BACKEND_NAME
+
+__all__ = ["install"]
+
+_torch_functions: dict[str, Any] = {}  # torch's own isend and irecv, once replaced
+
+
+def install() -> None:
+    """Put ``isend`` and ``irecv`` in place of torch's (idempotent)."""
+    for name, ours in (("isend", isend), ("irecv", irecv)):
+        if getattr(c10d, name) is not ours:
+            _torch_functions[name] = getattr(c10d, name)
+            setattr(c10d, name, ours)
+            setattr(dist, name, ours)
+
+
+def _backend_of(tensor: torch.Tensor, group: Any) -> Any:
+    """The group's "hpc" backend where the call is ours to serve (a plain tensor, a group this
+    process is in, "hpc" for every device), else None."""
+    if (c10d.has_torch_function((tensor,)) or c10d._rank_not_in_group(group)
+            or c10d.get_backend(group) != BACKEND_NAME):
+        return None
+    from ._process_group import hpc_backend
+
+    return hpc_backend(group)
+
+
+def _checked(tensor: torch.Tensor) -> torch.Tensor:
+    c10d._check_single_tensor(tensor, "tensor")
+    return torch.view_as_real(tensor) if tensor.is_complex() else tensor
+
+
+def isend(tensor: torch.Tensor, dst: int | None = None, group: Any = None, tag: int = 0,
+          group_dst: int | None = None) -> Any:
+    """torch's ``isend``; on backend "hpc", the backend's own handle."""
+    backend = _backend_of(tensor, group)
+    if backend is None:
+        return _torch_functions["isend"](tensor, dst, group, tag, group_dst)
+    group = c10d._group_or_default_group(group)
+    group_dst = c10d._canonicalize_group_rank(group, dst, group_dst)
+    return backend.send([_checked(tensor)], group_dst, tag)
+
+
+def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0,
+          group_src: int | None = None) -> Any:
+    """torch's ``irecv``; on backend "hpc", the backend's own handle (from any source without
+    ``src``: its ``_source_rank()`` says which)."""
+    backend = _backend_of(tensor, group)
+    if backend is None:
+        return _torch_functions["irecv"](tensor, src, group, tag, group_src)
+    if src is None and group_src is None:
+        return backend.recv_anysource([_checked(tensor)], tag)
+    group = c10d._group_or_default_group(group)
+    return backend.recv([_checked(tensor)], c10d._canonicalize_group_rank(group, src, group_src), tag)
