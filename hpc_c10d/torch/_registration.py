@@ -7,8 +7,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ._p2p import install as install_p2p
 from ._devices import BACKEND_NAME, devices
+from ._p2p import install as install_p2p
 from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
 from ._shrink import install as install_shrink_group
 from ._version import python_backends
