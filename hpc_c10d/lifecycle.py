@@ -19,7 +19,7 @@ from .nccl import device as nccl_device
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
 from .store import MPIStore, Store
-from .timeouts import check_timeout, default_pg_timeout, timeout_from_env
+from .timeouts import check_timeout, default_pg_timeout, require_timedelta, timeout_from_env
 
 if TYPE_CHECKING:
     from .nccl.backend import NCCLBackend
@@ -303,9 +303,7 @@ def set_timeout(timeout: timedelta, group: ProcessGroup | None = None) -> None:
     """Make ``timeout`` the default of ``group``'s later operations (torch 2.14's ``set_timeout``;
     ValueError for a group this process is not in, TypeError unless a ``timedelta``)."""
     pg = _member_group(group)
-    if not isinstance(timeout, timedelta):
-        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
-    pg._timeout = timeout
+    pg._timeout = require_timedelta(timeout)
 
 
 def get_backend_config(group: ProcessGroup | None = None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._env import non_negative
 
-__all__ = ["TIMEOUT_ENV", "default_pg_timeout", "timeout_from_env", "check_timeout"]
+__all__ = ["TIMEOUT_ENV", "default_pg_timeout", "timeout_from_env", "check_timeout", "require_timedelta"]
 
 TIMEOUT_ENV = "HPC_C10D_TIMEOUT"
 
@@ -35,14 +35,19 @@ def timeout_from_env() -> timedelta | None:
     raise ValueError(f"{TIMEOUT_ENV}={os.environ[TIMEOUT_ENV].strip()!r} must be a positive, finite number of seconds")
 
 
+def require_timedelta(timeout: Any) -> timedelta:
+    """Return ``timeout``; TypeError, in torch's words, unless it is a ``datetime.timedelta``."""
+    if not isinstance(timeout, timedelta):
+        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
+    return timeout
+
+
 def check_timeout(timeout: Any, inherited: timedelta | None = None) -> timedelta:
     """Return ``timeout``, or when it is None ``inherited`` (a parent group's), else the default
     (``HPC_C10D_TIMEOUT``, else torch's); TypeError unless it is a ``datetime.timedelta``,
     RuntimeError (torch's type for gloo's "Invalid timeout") unless it is positive."""
     if timeout is None:
         return inherited or timeout_from_env() or default_pg_timeout
-    if not isinstance(timeout, timedelta):
-        raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout).__name__}")
-    if timeout <= timedelta(0):
+    if require_timedelta(timeout) <= timedelta(0):
         raise RuntimeError(f"Invalid timeout: it must be positive, got {timeout!r}")
     return timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .._extras import install_hint
@@ -41,9 +42,10 @@ def require_supported_torch() -> None:
         raise ImportError(problem)
 
 
+@functools.cache
 def python_backends() -> bool:
     """Whether the installed torch lets Python make a per-device ``Backend`` (2.14 and later bind
-    its constructor; before, only C++ can)."""
+    its constructor; before, only C++ can). Probed once."""
     from torch._C._distributed_c10d import Backend
 
     try:
