@@ -6,6 +6,10 @@ MPI. ``mpiexec()`` is the launcher ($MPIEXEC, else the one beside this Python, e
 start n ranks on this machine (Open MPI: run as root, more ranks than cores; MPICH: nothing), and
 ``fresh_env()`` says the same in the environment, for a test that calls ``mpiexec()`` directly.
 ``launch()`` runs a whole job under ``timeout``. tests/run_suite.py starts its stages with these.
+Each Open MPI job gets a session directory of its own (``Flavour.job_env``), inside one this
+process removes when it exits: PRRTE names its directory after the launcher's pid and host
+(/tmp/ompi.<pid>); a job the tests SIGKILL leaves it behind, and once pids wrap a later launcher
+with that pid fails to start ("The PMIx server's listener thread failed to start").
 
 SLURM. The tests submit jobs only to a cluster designated for them, never to whatever ``srun``
 happens to reach (on a login node that is the production scheduler):
@@ -28,12 +32,14 @@ skip under ``HPC_C10D_REQUIRE_SIM_CLUSTER=1``), ``sim_cluster_command()`` starts
 those stages ``sim_layout()`` gives (nodes, ranks per node), from HPC_C10D_TEST_NODES and
 HPC_C10D_TEST_RANKS_PER_NODE, for tests that check where ranks run; None in every other stage.
 """
+import atexit
 import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +73,21 @@ class Flavour:
     network_path: dict[str, str] = field(default_factory=dict)  # one-sided operations as between nodes
     launcher: str = "mpich-hydra"  # what hpc_c10d.jobenv calls a job its mpiexec started
     srun_mpi: str = "pmi2"  # the srun --mpi plugin its processes join one world through
+    session_base_var: str = ""  # where the launcher is told the base of its per-job session directory
+
+    def job_env(self) -> dict[str, str]:
+        """``env``, and for a launcher that keeps a session directory, a new base of its own for it."""
+        if not self.session_base_var:
+            return dict(self.env)
+        return {**self.env, self.session_base_var: tempfile.mkdtemp(prefix="job-", dir=_sessions_dir())}
+
+
+@functools.cache
+def _sessions_dir():
+    """A directory for this process's jobs' session directories, removed when the process exits."""
+    path = tempfile.mkdtemp(prefix="hpc_c10d-jobs-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 _MPICH_NETWORK_PATH = {"MPIR_CVAR_NOLOCAL": "1"}
@@ -76,7 +97,8 @@ FLAVOURS = {
         {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
          "OMPI_MCA_rmaps_base_oversubscribe": "1",  # Open MPI 4
          "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe"},  # Open MPI 5
-        {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}, "openmpi", "pmix"),
+        {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}, "openmpi", "pmix",
+        "PRTE_MCA_prte_tmpdir_base"),  # Open MPI 5: PRRTE's daemons are told it too
     "mpich": Flavour("mpich", network_path=_MPICH_NETWORK_PATH),
     "unknown": Flavour("unknown", network_path=_MPICH_NETWORK_PATH),
 }
@@ -137,9 +159,10 @@ def outer_world_size():
 def fresh_env(drop=(), **extra):
     """The environment for a process that starts its own job: this one without an enclosing
     launcher's variables (nor those starting with ``drop``), with what this machine's mpiexec needs
-    (``Flavour.env``), the checkout first on PYTHONPATH, and ``extra``."""
+    (``Flavour.job_env``: under Open MPI a new session directory base at each call), the checkout
+    first on PYTHONPATH, and ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_PREFIXES + tuple(drop))}
-    env.update(flavour().env)
+    env.update(flavour().job_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env

@@ -478,7 +478,7 @@ def main(argv: list[str]) -> int:
         else:
             launcher_note = f"{mpiexec} [{flavour.name}: {_launch.identify(mpiexec)[1]}]"
             print(f"run_suite: launcher {launcher_note}", flush=True)
-            env = {**flavour.env, **env, "MPIEXEC": mpiexec}  # tests that start jobs use this launcher too
+            env = {**flavour.job_env(), **env, "MPIEXEC": mpiexec}  # tests that start jobs use this launcher too
         runs = [(f"mpi n={n}", f"n{n}", n, paths, {}) for n in sizes]
         runs += [(f"net n={n}", f"n{n}net", n, [] if has_path_arg(extra) else STORE_TESTS, flavour.network_path)
                  for n in net_sizes]
