@@ -134,9 +134,7 @@ def init_process_group(
         _check_launcher(base.Get_size())
     world = base.Dup()
     world.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise (mpi/failures.py), not abort in MPI; groups inherit it
-    node = bootstrap.node_local_comm(world)
-    _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()
-    _world.thread_level = bootstrap.thread_level_name(MPI)
+    node = _learn_the_node(MPI, world)
     backend_name = str(config) if backend is None else Backend(backend)
     pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
                       timeout, "default_pg")
@@ -156,6 +154,15 @@ def init_process_group(
     _start_watchdog(MPI, world)
 
 
+def _learn_the_node(MPI: Any, world: Any) -> Any:
+    """Record this rank's place among the ranks of its node and the thread level MPI granted; return
+    the node's communicator (MPI's shared-memory split of ``world``, collective), for the caller to free."""
+    node = bootstrap.node_local_comm(world)
+    _world.node_local_rank, _world.node_local_size = node.Get_rank(), node.Get_size()
+    _world.thread_level = bootstrap.thread_level_name(MPI)
+    return node
+
+
 def _start_watchdog(MPI: Any, world: Any, explains: bool = False) -> None:
     """Name the run (the same on every rank) and start the watchdog (collective over ``world``)."""
     run_id = world.bcast(f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}" if world.Get_rank() == 0 else None)
@@ -166,12 +173,15 @@ def adopt(pg: ProcessGroup, world: bool) -> None:
     """Count a group another owner made (backend "hpc" under torch) among this process's groups, so
     the watchdog and the dumps see it. A ``world`` adopted while hpc_c10d has no default group of its
     own becomes that group, and starts the watchdog (collective over it), which then explains the
-    adopted groups' timeouts (``watchdog.explain``)."""
+    adopted groups' timeouts (``watchdog.explain``); its ranks' places on their nodes are learnt as
+    ``init_process_group`` learns them (collective over it too)."""
     _world.groups.append(pg)
     if world and _world.default_pg is None:
+        MPI = bootstrap.initialize()
         _world.default_pg, _world.group_count = pg, 1
+        _learn_the_node(MPI, pg.comm).Free()  # get_node_local_rank, new_subgroups and bind_local_device read it
         logs.configure()
-        _start_watchdog(bootstrap.initialize(), pg.comm, explains=True)
+        _start_watchdog(MPI, pg.comm, explains=True)
 
 
 def disown(pg: ProcessGroup) -> None:

@@ -71,3 +71,19 @@ def test_default_store_is_shared_through_mpi():
     tdist.barrier()
     assert store.add("common/counter", 0) == size
 
+
+
+@pytest.mark.mpi
+def test_hpc_c10d_knows_each_ranks_place_on_its_node_under_torch(monkeypatch):
+    """hpc_c10d's node-local rank (what bind_local_device and new_subgroups read) with torch's world on
+    "hpc" as the only default group: alone, this file leaves hpc_c10d none of its own."""
+    import socket
+
+    import hpc_c10d
+
+    torch_world()
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    hosts = [None] * tdist.get_world_size()
+    tdist.all_gather_object(hosts, socket.gethostname())
+    rank = tdist.get_rank()
+    assert hpc_c10d.get_node_local_rank() == hosts[:rank].count(hosts[rank])
