@@ -28,13 +28,7 @@ pytestmark = [
                               "(the suite's Open MPI stage runs these)"),
 ]
 SESSION_VAR = "PRTE_MCA_prte_tmpdir_base"
-REPORT = "import os, sys, time; print(os.environ['PMIX_SERVER_TMPDIR'], flush=True); time.sleep(float(sys.argv[1]))"
-
-
-def _start(env, seconds):
-    return subprocess.Popen([*mpiexec_command(2), sys.executable, "-c", REPORT, str(seconds)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+REPORT = "import os, time; print('session', os.environ['PMIX_SERVER_TMPDIR'], flush=True); time.sleep(300)"
 
 
 def test_a_sigkilled_job_leaves_its_session_directory_only_in_its_own_base():
@@ -42,13 +36,19 @@ def test_a_sigkilled_job_leaves_its_session_directory_only_in_its_own_base():
     base = env[SESSION_VAR]
     assert os.path.isdir(base) and os.listdir(base) == []
     assert fresh_env()[SESSION_VAR] != base  # each job its own
-    job = _start(env, 120)
+    job = subprocess.Popen(["timeout", "120", *mpiexec_command(2), sys.executable, "-c", REPORT], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                           stdin=subprocess.DEVNULL)
+    printed = []
     try:
-        session = job.stdout.readline().strip()
+        for line in job.stdout:  # until a rank says where its launcher's session directory is
+            printed.append(line)
+            if line.startswith("session "):
+                break
     finally:
         os.killpg(job.pid, signal.SIGKILL)
-        job.communicate(timeout=60)
-    assert os.path.dirname(session) == base, session
+        printed.append(job.communicate(timeout=60)[0])
+    session = next((line.split(" ", 1)[1].strip() for line in printed if line.startswith("session ")), "")
+    assert os.path.dirname(session) == base, "".join(printed)
     assert os.path.isdir(session)  # what the SIGKILLed launcher left: in the job's own base ...
     assert not os.path.exists(os.path.join(tempfile.gettempdir(), os.path.basename(session)))  # ... not in /tmp
-
