@@ -27,7 +27,7 @@ pytestmark = [
                        reason="only Open MPI's launcher keeps a per-job session directory named after its pid "
                               "(the suite's Open MPI stage runs these)"),
 ]
-SESSION_VAR = "PRTE_MCA_prte_tmpdir_base"
+SESSION_VAR = _launch.FLAVOURS["openmpi"].session_base_var  # PRRTE's, as _launch sets it
 REPORT = "import os, time; print('session', os.environ['PMIX_SERVER_TMPDIR'], flush=True); time.sleep(300)"
 
 
