@@ -5,7 +5,10 @@
 # with "no CUDA GPU" and everything else must pass.
 #
 #   bash tests/gpu/fetch_wheels.sh                       # here, once: the wheels into .gpu-wheels
-#   bash tests/gpu/device_run.sh [--part check|bench|all] [--only STEP,...]
+#   bash tests/gpu/device_run.sh [--part check|speed|bench|all] [--only STEP,...]
+#
+# --part speed: only the per-op bench (the plugin beside the rest) and the training rounds, within
+# the 7-minute budget: one call for the numbers before a change, one after.
 #
 # From the device tool: carry [".gpu-wheels"], command `bash tests/gpu/device_run.sh`; the
 # summary, the logs (logs.tar.gz) and the benchmark files land in $OUT (else build/device-out).

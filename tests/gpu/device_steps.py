@@ -7,7 +7,12 @@ GPU (the dry run) the steps that need one still run, as far as they can: each mu
 every other step must pass. On a GPU machine a GPU step whose tests skip (no CuPy, no NCCL, a
 GPU that went unseen) fails: each pytest step says how many of its tests must run.
 
-    python tests/gpu/device_steps.py --out DIR [--part check|bench|all] [--only STEP,...] [--list]
+    python tests/gpu/device_steps.py --out DIR [--part check|speed|bench|all] [--only STEP,...] [--list]
+
+Parts: "check" (correctness), "speed" (the per-op bench of every implementation, the plugin's
+included, and the training rounds: what one call measures before a change and another after;
+their time limits fit the budget together), "bench" (every number: speed's steps, then the rest),
+"all". After a ``--part speed`` run, ``python tests/gpu/gpu_report.py DIR`` here makes the report.
 
 Under DIR: ``summary.txt`` (one line per step, ``STEP VERDICT SECONDS s DETAIL``, then a count),
 ``logs.tar.gz`` (every step's log) and what the benchmark steps write: their JSON, the plot, and
@@ -68,7 +73,8 @@ class Expect:
 @dataclass(frozen=True)
 class Step:
     """One check: a command (``{mpiexec}``, ``{python}``, ``{out}`` are filled in), its part
-    ("check": correctness, "bench": the numbers), whether it needs a GPU, its time limit."""
+    ("check": correctness, "speed": the numbers a speed change is judged on, "bench": the other
+    numbers), whether it needs a GPU, its time limit."""
 
     name: str
     part: str
@@ -111,16 +117,17 @@ STEPS = (
     Step("bench-smoke", "check", True, 120,
          _bench("collectives", "--device", "cuda", "--ops", "all_reduce,all_gather,reduce_scatter", "-b", "8:1M",
                 "-f", "32", "--compare", "nccl,torch")),
-    Step("bench-collectives", "bench", True, 240,
+    Step("bench-collectives", "speed", True, 240,
          _bench("collectives", "--device", "cuda", "--ops", "all_reduce,broadcast,all_gather,reduce_scatter,all_to_all",
                 "-b", "8:1G", "-f", "32", "-r", "5", "--compare", COMPARED, "--json", "{out}/bench-gpu.json",
                 "--plot", "{out}/bench-gpu.png")),
+    # 3 runs of each shape, alternating; one 100M bf16 run took well under 150 s on the H200
+    Step("training-rounds", "speed", True, 180,
+         ("{python}", os.path.join("tests", "gpu", "training_rounds.py"), "--out", "{out}", "--runs", "3",
+          "--mpiexec", "{mpiexec}", "--python", "{python}")),
     Step("bench-collectives-async", "bench", True, 120,
          _bench("collectives", "--device", "cuda", "--ops", "all_reduce", "-a", "-b", "8:1G", "-f", "32", "-r", "5",
                 "--compare", COMPARED, "--json", "{out}/bench-gpu-async.json")),
-    Step("bench-training", "bench", True, 150,
-         _bench("training", "--device", "cuda", "--params", "100M", "-d", "bfloat16", "--batch", "64", "-r", "5",
-                "--json", "{out}/bench-training.json")),
     # one round writes and reads 4 GiB three ways: about 60 s on the H100 machine
     Step("bench-checkpoint", "bench", True, 150,
          _bench("checkpoint", "--device", "cuda", "--size", "4G", "--dir", "{scratch}", "-r", "1", "--compare",
@@ -130,12 +137,16 @@ STEPS = (
 )
 
 
+#: --part → the steps' parts it runs (each part's steps come after the previous part's)
+PARTS = {"check": ("check",), "speed": ("speed",), "bench": ("speed", "bench"), "all": ("check", "speed", "bench")}
+
+
 def steps_of(part: str, only: list[str]) -> list[Step]:
-    """The steps of ``part`` ("all": every one), or those named in ``only``, in order."""
+    """The steps of ``part`` (``PARTS``), or those named in ``only``, in order."""
     unknown = sorted(set(only) - {s.name for s in STEPS})
     if unknown:
         raise SystemExit(f"device_steps: no step {', '.join(unknown)}; --list shows them")
-    return [s for s in STEPS if (s.name in only if only else part in ("all", s.part))]
+    return [s for s in STEPS if (s.name in only if only else s.part in PARTS[part])]
 
 
 def gpu_count() -> int:
@@ -218,7 +229,7 @@ def dry_problems(summary: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "device-out"), help="where results go")
-    parser.add_argument("--part", choices=("check", "bench", "all"), default="all")
+    parser.add_argument("--part", choices=tuple(PARTS), default="all")
     parser.add_argument("--only", default="", help="comma list of steps (overrides --part)")
     parser.add_argument("--budget", type=float, default=BUDGET_S,
                         help=f"seconds for the whole run (default {BUDGET_S:g}: a second call fits the device time)")
