@@ -3,6 +3,7 @@ designated simulated cluster for serial tests that start multi-node jobs on it."
 import pytest
 
 import _launch
+import _ledger
 import hpc_c10d as dist
 
 
@@ -13,6 +14,21 @@ def pytest_addoption(parser):
                      help="tests/test_fuzz.py: draw from this seed instead of the derandomized examples")
     parser.addoption("--fuzz-classes", default=None, metavar="PATH",
                      help="tests/test_fuzz.py: write the classes of refusals it met into PATH (docs/bad_input.md)")
+    parser.addoption("--skip-ran", default=None, metavar="PATH",
+                     help="leave out the tests whose ids (tests/_ledger.py) PATH lists, a line each: what an "
+                          "earlier run ran already (run_suite.py --skip-ran-in)")
+
+
+def pytest_collection_modifyitems(config, items):
+    path = config.getoption("--skip-ran")
+    if not path:
+        return
+    with open(path) as f:
+        ran = set(f.read().splitlines())
+    done = [item for item in items if _ledger.item_id(item.nodeid) in ran]
+    if done:
+        config.hook.pytest_deselected(items=done)
+        items[:] = [item for item in items if _ledger.item_id(item.nodeid) not in ran]
 
 
 @pytest.fixture(scope="session")

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import _launch
+import _ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
@@ -423,6 +424,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
     ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
                     help="where JUnit XML and logs go (default test-results/)")
+    ap.add_argument("--skip-ran-in", metavar="DIR", default=None,
+                    help="leave out of each stage the tests that the same stage of an earlier run (its --results-dir "
+                         "DIR) ran: a later environment runs only what the earlier one skipped or did not have")
+    ap.add_argument("--rerun", metavar="MODULES", default="",
+                    help="with --skip-ran-in: comma-separated test modules (test_compat_table, ...) run again in "
+                         "full, for checks that pass both ways but mean more in this environment")
     ap.add_argument("--mpiexec", default=None,
                     help="launcher to use, also by tests that start jobs (default: $MPIEXEC, else next to "
                          "sys.executable, then PATH)")
@@ -448,7 +455,7 @@ def main(argv: list[str]) -> int:
 
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
-    for pat in ("serial.xml", "n*-rank*.xml", "n*-rank*.log", "n*-rank*.rc"):
+    for pat in ("serial.xml", "n*-rank*.xml", "n*-rank*.log", "n*-rank*.rc", "*.ran"):
         for old in results_dir.glob(pat):
             old.unlink()
 
@@ -532,6 +539,15 @@ def main(argv: list[str]) -> int:
                 sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--",
                 *MPI_PYTEST_ARGS, *common, *extra, *paths,
             ]))
+
+    if args.skip_ran_in:
+        rerun = {m for m in args.rerun.split(",") if m}
+        for st in stages:
+            if st.cmd:
+                ran = results_dir / f"{st.tag}.ran"
+                ran.write_text("".join(f"{tid}\n" for tid in sorted(_ledger.ran_in(Path(args.skip_ran_in), st.tag))
+                                       if tid.split("::")[0] not in rerun))
+                st.cmd += ["--skip-ran", str(ran)]
 
     t_start = time.monotonic()
     interrupted = False
