@@ -424,9 +424,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
     ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
                     help="where JUnit XML and logs go (default test-results/)")
-    ap.add_argument("--skip-ran-in", metavar="DIR", default=None,
-                    help="leave out of each stage the tests that the same stage of an earlier run (its --results-dir "
-                         "DIR) ran: a later environment runs only what the earlier one skipped or did not have")
+    ap.add_argument("--skip-ran-in", metavar="DIRS", default="",
+                    help="leave out of each stage the tests that the same stage of earlier runs (their --results-dir, "
+                         "comma-separated) ran: a later environment runs only what the earlier ones skipped or lacked")
     ap.add_argument("--rerun", metavar="MODULES", default="",
                     help="with --skip-ran-in: comma-separated test modules (test_compat_table, ...) run again in "
                          "full, for checks that pass both ways but mean more in this environment")
@@ -545,8 +545,8 @@ def main(argv: list[str]) -> int:
         for st in stages:
             if st.cmd:
                 ran = results_dir / f"{st.tag}.ran"
-                ran.write_text("".join(f"{tid}\n" for tid in sorted(_ledger.ran_in(Path(args.skip_ran_in), st.tag))
-                                       if tid.split("::")[0] not in rerun))
+                done = set().union(*(_ledger.ran_in(Path(d), st.tag) for d in args.skip_ran_in.split(",") if d))
+                ran.write_text("".join(f"{tid}\n" for tid in sorted(done) if tid.split("::")[0] not in rerun))
                 st.cmd += ["--skip-ran", str(ran)]
 
     t_start = time.monotonic()
