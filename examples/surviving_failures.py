@@ -19,7 +19,7 @@ step with the batches split n-1 ways. Rank 0 prints how long each part of the re
 Reference: the result equals that of a job that stopped at the last checkpoint C before the
 failure (``--steps C`` at n ranks) and was restarted from it at n-1 ranks, within float rounding:
 the survivors redo the steps since C and lose nothing saved, and an uninterrupted run ends
-elsewhere (the batches depend on the number of ranks). tests/test_surviving_failures.py checks
+elsewhere (the batches depend on the number of ranks). tests/failures/test_surviving_failures.py checks
 it against the same arithmetic done in one process. This needs Open MPI 5 with ``mpiexec --with-ft ulfm``;
 elsewhere (MPICH) the death of a rank ends the job, and running it again resumes from the file.
 docs/surviving_failures.md walks through it.

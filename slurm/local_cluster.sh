@@ -450,7 +450,7 @@ cmd_status() {
 
 cmd_env() {
     echo "export SLURM_CONF=$CONF"
-    echo "# the hpc_c10d tests submit jobs only to the cluster this names (tests/_launch.py)"
+    echo "# the hpc_c10d tests submit jobs only to the cluster this names (tests/support/launch.py)"
     echo "export HPC_C10D_TEST_SLURM_CLUSTER=$CLUSTER"
 }
 

@@ -2,20 +2,19 @@
 designated simulated cluster for serial tests that start multi-node jobs on it."""
 import pytest
 
-import _launch
-import _ledger
+from support import launch, ledger
 import hpc_c10d as dist
 
 
 def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=100,
-                     help="examples per plan of tests/test_fuzz.py (CI's fixed budget: 100)")
+                     help="examples per plan of tests/core/test_fuzz.py (CI's fixed budget: 100)")
     parser.addoption("--fuzz-seed", type=int, default=None,
-                     help="tests/test_fuzz.py: draw from this seed instead of the derandomized examples")
+                     help="tests/core/test_fuzz.py: draw from this seed instead of the derandomized examples")
     parser.addoption("--fuzz-classes", default=None, metavar="PATH",
-                     help="tests/test_fuzz.py: write the classes of refusals it met into PATH (docs/bad_input.md)")
+                     help="tests/core/test_fuzz.py: write the classes of refusals it met into PATH (docs/bad_input.md)")
     parser.addoption("--skip-ran", default=None, metavar="PATH",
-                     help="leave out the tests whose ids (tests/_ledger.py) PATH lists, a line each: what an "
+                     help="leave out the tests whose ids (tests/support/ledger.py) PATH lists, a line each: what an "
                           "earlier run ran already (run_suite.py --skip-ran-in)")
 
 
@@ -25,10 +24,10 @@ def pytest_collection_modifyitems(config, items):
         return
     with open(path) as f:
         ran = set(f.read().splitlines())
-    done = [item for item in items if _ledger.item_id(item.nodeid) in ran]
+    done = [item for item in items if ledger.item_id(item.nodeid) in ran]
     if done:
         config.hook.pytest_deselected(items=done)
-        items[:] = [item for item in items if _ledger.item_id(item.nodeid) not in ran]
+        items[:] = [item for item in items if ledger.item_id(item.nodeid) not in ran]
 
 
 @pytest.fixture(scope="session")
@@ -51,17 +50,17 @@ def size(world):
 
 @pytest.fixture(scope="session")
 def sim_cluster():
-    """The designated simulated cluster's settings (``_launch.sim_cluster_settings``) for a serial test
+    """The designated simulated cluster's settings (``launch.sim_cluster_settings``) for a serial test
     that starts jobs on 2 of its nodes; skips without one, fails under HPC_C10D_REQUIRE_SIM_CLUSTER=1."""
-    if _launch.outer_world_size() > 1:
+    if launch.outer_world_size() > 1:
         pytest.skip("serial test that starts jobs on the simulated cluster itself; run without mpiexec")
-    problem = _launch.sim_cluster_problem(2) if _launch.mpiexec() else \
+    problem = launch.sim_cluster_problem(2) if launch.mpiexec() else \
         "no mpiexec beside the Python interpreter or on PATH"
     if problem:
-        if _launch.sim_cluster_required():
-            pytest.fail(f"{_launch.SIM_REQUIRED}=1 but {problem}")
+        if launch.sim_cluster_required():
+            pytest.fail(f"{launch.SIM_REQUIRED}=1 but {problem}")
         pytest.skip(problem)
-    return _launch.sim_cluster_settings()
+    return launch.sim_cluster_settings()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -13,7 +13,7 @@ Stages
            designated for the tests only (HPC_C10D_TEST_SLURM_CLUSTER, which
            `eval "$(bash slurm/local_cluster.sh env)"` sets for the localhost cluster); skipped with a
            note otherwise (also where SLURM lacks the MPI's plugin), a failure under
-           HPC_C10D_REQUIRE_SLURM=1. tests/_launch.py says how the designation is checked.
+           HPC_C10D_REQUIRE_SLURM=1. tests/support/launch.py says how the designation is checked.
   sim mpiexec 2x2, sim srun 2x2
            the MPI tests on 2 nodes x 2 ranks of a simulated cluster (slurm/sim_cluster.sh, node
            namespaces on this machine, traffic between nodes over TCP on veths): under its Hydra
@@ -24,7 +24,7 @@ Stages
            HPC_C10D_TEST_RANKS_PER_NODE (tests read them with _launch.sim_layout()). --node-layouts
            chooses the layouts (NODESxRANKS, default 2x2).
 
-The stages' mpiexec gets its MPI's flags from tests/_launch.py (Open MPI: --oversubscribe, and
+The stages' mpiexec gets its MPI's flags from tests/support/launch.py (Open MPI: --oversubscribe, and
 allowed to run as root), and tests that start jobs of their own use the same launcher ($MPIEXEC).
 
 Every stage runs under a hard wall-clock limit (``--timeout``, and an overall
@@ -63,14 +63,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import _launch
-import _ledger
+from support import launch as _launch
+from support import ledger as _ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
 WORKER_FLAG = "--rank-worker"
 # Run again on the MPI library's network path (one-sided progress needs the target).
-STORE_TESTS = ["tests/test_mpi_store.py", "tests/test_store_contract.py"]
+STORE_TESTS = ["tests/stores/test_mpi_store.py", "tests/stores/test_store_contract.py"]
 
 # pytest's arguments in every MPI stage: the mpi-marked tests, under the testing kit's plugin (one
 # verdict per test across ranks, only rank 0 reports, a test past its time limit fails with a report).

@@ -1,4 +1,4 @@
-"""A rank dies inside ``checkpoint.save`` (tests/test_ulfm.py): the survivors must all get
+"""A rank dies inside ``checkpoint.save`` (tests/failures/test_ulfm.py): the survivors must all get
 ProcessFailedError, not a raw MPI error or a hang, and the file must still hold the last save.
 
     python lost_in_checkpoint.py DIR VICTIM

@@ -1,4 +1,4 @@
-"""A job that loses a rank mid-loop and goes on without it (tests/test_ulfm.py runs it).
+"""A job that loses a rank mid-loop and goes on without it (tests/failures/test_ulfm.py runs it).
 
     python lost_rank.py SCENARIO VICTIM STEP
 

@@ -1,4 +1,4 @@
-"""lost_rank.py's ``default`` scenario on torch.distributed with backend "hpc" (tests/test_ulfm.py).
+"""lost_rank.py's ``default`` scenario on torch.distributed with backend "hpc" (tests/failures/test_ulfm.py).
 
     python lost_rank_torch.py VICTIM STEP
 

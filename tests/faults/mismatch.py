@@ -1,7 +1,7 @@
 """Ranks that call a collective with different shapes, at the default debug level (OFF).
 
 argv[1] is the operation; the last rank's array holds one element more than the others'.
-tests/test_faults.py checks how the job ends: which rank reports what, and that nobody hangs.
+tests/diagnostics/test_faults.py checks how the job ends: which rank reports what, and that nobody hangs.
 Each rank prints what it got back, so a rank that returns without an error shows in the output.
 """
 import sys

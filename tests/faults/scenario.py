@@ -1,4 +1,5 @@
-"""One misbehaving job per scenario (argv[1]); tests/test_faults.py runs them and checks the outcome.
+"""One misbehaving job per scenario (argv[1]); the tests in tests/diagnostics/ (test_faults.py,
+test_watchdog.py, test_flight_recorder.py) run them and check the outcome.
 
   straggler   timeout 3 s; every rank but the last enters a barrier, the last sleeps
   raises      the last rank raises ValueError while the others wait in all_reduce

@@ -1,5 +1,5 @@
 """A torch program on backend "hpc" whose last rank never joins a collective (argv[1] says which);
-tests/test_torch_backend_hangs.py checks what every other rank's error says.
+tests/torch_backend/test_torch_backend_hangs.py checks what every other rank's error says.
 
   blocking    the group's timeout is 3 s; the last rank sleeps while the others all_reduce
   ddp         DDP over a small model; the last rank skips backward, so the others' gradient

@@ -1,5 +1,5 @@
 """GPU scenarios that need a process of their own (they change its environment, break its CUDA
-context or end it), run as one-rank jobs by tests/test_nccl_gpu.py:
+context or end it), run as one-rank jobs by tests/gpu/test_nccl_gpu.py:
 
     python tests/programs/nccl_scenarios.py <scenario>
 

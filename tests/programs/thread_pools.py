@@ -1,5 +1,5 @@
 """Each rank's thread pools before and after init_process_group: rank 0 prints them as one JSON list
-(tests/test_threads.py).
+(tests/core/test_threads.py).
 
 With --torch, torch is imported after init (its OpenMP pool starts from the variables set there);
 with --plugin, torch.distributed's init_process_group on backend "hpc" starts the job instead."""

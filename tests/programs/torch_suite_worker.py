@@ -1,4 +1,4 @@
-"""One job of torch's own distributed test suite on backend "hpc" (started by tests/torch_suite.py).
+"""One job of torch's own distributed test suite on backend "hpc" (started by tests/torch_backend/torch_suite.py).
 
     mpiexec -n N python torch_suite_worker.py NAMES_FILE RESULTS_FILE GROUP_BACKEND
 

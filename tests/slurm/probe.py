@@ -1,4 +1,4 @@
-"""Write ``<dir>/rank<N>.json`` per rank: what MPI and the job environment say (tests/test_slurm.py)."""
+"""Write ``<dir>/rank<N>.json`` per rank: what MPI and the job environment say (tests/launch/test_slurm.py)."""
 import json
 import os
 import sys

@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: tests that pass, skip and fail alike on every rank."""
+"""Cases for tests/tools/test_testing_kit.py: tests that pass, skip and fail alike on every rank."""
 import numpy as np
 import pytest
 

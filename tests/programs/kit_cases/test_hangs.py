@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: a collective only rank 0 enters; then a test that needs every rank."""
+"""Cases for tests/tools/test_testing_kit.py: a collective only rank 0 enters; then a test that needs every rank."""
 import numpy as np
 import pytest
 

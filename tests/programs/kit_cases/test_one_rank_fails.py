@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: a test that fails on the last rank only, values that differ between
+"""Cases for tests/tools/test_testing_kit.py: a test that fails on the last rank only, values that differ between
 ranks, a fixture that breaks on the last rank only, then a test that passes."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: rank 0 waits in Python past its time limit, then every rank
+"""Cases for tests/tools/test_testing_kit.py: rank 0 waits in Python past its time limit, then every rank
 goes on with a fresh default group."""
 import time
 

@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: each rank collects a different number of tests."""
+"""Cases for tests/tools/test_testing_kit.py: each rank collects a different number of tests."""
 import os
 
 import pytest

@@ -1,4 +1,4 @@
-"""Cases for tests/test_testing_kit.py: a failure, then a collective that only one rank enters (rank 0, or the
+"""Cases for tests/tools/test_testing_kit.py: a failure, then a collective that only one rank enters (rank 0, or the
 last with HANG_RANK=last), then tests that cannot run after it."""
 import os
 

@@ -1,4 +1,5 @@
-"""Cases for tests/test_testing_kit.py: rank 0 waits for a store key that no rank sets; then a test on a fresh group."""
+"""Cases for tests/tools/test_testing_kit.py: rank 0 waits for a store key that no rank sets; then a test
+on a fresh group."""
 from datetime import timedelta
 
 import numpy as np
