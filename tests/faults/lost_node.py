@@ -2,7 +2,7 @@
 
 Same settings and log lines as ulfm_survive.py (ULFM_VICTIMS, ULFM_KILL_STEP, ULFM_SECONDS,
 ULFM_AFTER, ULFM_PAUSE; LOG_DIR as argv[1]; "looping", then "survived: new rank R of N, failed
-[...]"), so tests/test_ulfm_multinode.py runs either. A survivor catches ProcessFailedError,
+[...]"), so tests/failures/test_ulfm_multinode.py runs either. A survivor catches ProcessFailedError,
 shrinks the default group and checks ULFM_AFTER more sums; a rank on the smaller side of a cut
 gets DistBackendError instead, prints "cut off" and exits 5.
 """

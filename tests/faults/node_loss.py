@@ -1,4 +1,4 @@
-"""A job that loses a node: tests/test_multinode_faults.py runs it on the simulated cluster.
+"""A job that loses a node: tests/failures/test_multinode_faults.py runs it on the simulated cluster.
 
 Every rank saves its slab of a checkpoint (argv[1]; "-" for none), then all_reduces in a loop
 until a node is cut off or killed; the group's timeout comes from HPC_C10D_TIMEOUT. Once every

@@ -1,4 +1,4 @@
-"""What a rank knows about its node, for tests/test_multinode.py on the simulated cluster.
+"""What a rank knows about its node, for tests/launch/test_multinode.py on the simulated cluster.
 
 Usage: node_awareness.py CHECKPOINT|- [load]
 

@@ -1,18 +1,21 @@
 """Faults that exist only across nodes, on the designated simulated cluster (slurm/sim_cluster.sh).
 
-A 2-node x 2-rank job (tests/faults/node_loss.py) saves a checkpoint, then all_reduces in a loop.
+A job on every node of the cluster (tests/faults/node_loss.py; 2 nodes x 2 ranks, or 1 rank a node
+on 3-4 nodes: ``sim_test_layout()``) saves a checkpoint, then all_reduces in a loop.
 Mid-loop, node2 is cut off (``sim_cluster.sh link node2 down``) or loses every process
 (``sim_cluster.sh kill node2``: SIGKILL). With HPC_C10D_TIMEOUT=3 the job must end within
-BOUND_S with a report naming the lost ranks (2 and 3) and their host (node2), the checkpoint
-must read back as written, and no process of the job may be left on any node (the ranks on a
-cut-off node must end by themselves, before its link comes back). Each case runs under Hydra's
-mpiexec and under srun (PMI-2).
+BOUND_S with a report naming the lost ranks (node2's: 2-3 at 2x2, 1 at 4x1) and their host, the
+checkpoint must read back as written, and no process of the job may be left on any node (the ranks
+on a cut-off node must end by themselves, before its link comes back). Each case runs under Hydra's
+mpiexec and under srun (PMI-2). The lost node is node2 in every layout: never node1 (the launcher's
+under Hydra), and at 1 rank a node its rank 1 leaves survivors on both sides of it (ranks 0 and 2-3).
 
 Hydra cannot pass one part of one case: when every process of node2 is killed, its
 hydra_pmi_proxy dies with the ranks, and mpiexec ends the job itself within a fraction of a
-second ("control_cb ... assert (!closed) failed"), its proxy on node1 SIGKILLing the ranks there
-before any watchdog has a timeout to report; nothing in that output names rank or node. That case
-checks the rest (the job ends, nothing is left, the checkpoint) and then skips, saying so.
+second ("control_cb ... assert (!closed) failed"), its proxies on the other nodes SIGKILLing the
+ranks there before any watchdog has a timeout to report; nothing in that output names rank or
+node. That case checks the rest (the job ends, nothing is left, the checkpoint) and then skips,
+saying so.
 
 Serial tests (they start jobs of their own). They run only on a designated simulated cluster
 (``eval "$(bash slurm/sim_cluster.sh env)"`` sets HPC_C10D_SIM_CLUSTER; without one they skip, and
@@ -31,20 +34,21 @@ import uuid
 import numpy as np
 import pytest
 
-import _launch
-from _launch import ROOT, SIM_DESIGNATION, SIM_SCRIPT, fresh_env, outer_world_size
+from support import launch as _launch
+from support.launch import ROOT, SIM_DESIGNATION, SIM_SCRIPT, fresh_env, outer_world_size
 
 PROGRAM = os.path.join(ROOT, "tests", "faults", "node_loss.py")
 TIMEOUT_S = "3"  # the job's group timeout (HPC_C10D_TIMEOUT)
 BOUND_S = 45  # from the fault to the launcher's exit
 START_S = 90  # from the launch to every rank looping (Python, MPI and h5py start on a 2-core VM)
 GONE_S = 20  # for the job's processes to be gone once the launcher has exited
-LOST_RANKS, LOST_NODE = (2, 3), "node2"
+LOST_NODE = "node2"
 HYDRA_GONE = "assert (!closed) failed"
 HYDRA_SKIP = ("the job ended and left nothing behind, but no report can name the lost ranks under Hydra: with every "
               "process of node2 killed, its hydra_pmi_proxy among them, mpiexec ends the job itself at once "
-              f"('control_cb ... {HYDRA_GONE}'), SIGKILLing the ranks on node1 before their watchdog has a timeout "
-              "to report; mpiexec names neither rank nor node (srun names them, and so does the watchdog there)")
+              f"('control_cb ... {HYDRA_GONE}'), SIGKILLing the ranks on the other nodes before their watchdog has "
+              "a timeout to report; mpiexec names neither rank nor node (srun names them, and so does the watchdog "
+              "there)")
 
 try:
     import h5py
@@ -107,12 +111,13 @@ def _wait_until_gone(prefix, nodes, token, seconds, ranks_only=False):
         time.sleep(0.5)
 
 
-def _launch_command(launcher, checkpoint):
+def _launch_command(launcher, checkpoint, nodes, per_node):
     job = [sys.executable, PROGRAM, checkpoint, "60"]
-    if launcher == "mpiexec":  # Hydra from node1; -ppn 2 puts ranks 0-1 on node1, 2-3 on node2
-        options = ["-n", "4", "-ppn", "2", "-hosts", "node1,node2"]
-    else:  # srun in the head namespace: block distribution, ranks 0-1 on node1
-        options = ["-N", "2", "-w", "node1,node2", "--ntasks-per-node=2", "--mpi=pmi2", "--time=3"]
+    hosts = ",".join(f"node{k}" for k in range(1, nodes + 1))
+    if launcher == "mpiexec":  # Hydra from node1; -ppn puts rank r on node r // per_node + 1
+        options = ["-n", str(nodes * per_node), "-ppn", str(per_node), "-hosts", hosts]
+    else:  # srun in the head namespace: block distribution, the same placement
+        options = ["-N", str(nodes), "-w", hosts, f"--ntasks-per-node={per_node}", "--mpi=pmi2", "--time=3"]
     return ["timeout", "-k", "5", str(START_S + BOUND_S + GONE_S), "bash", SIM_SCRIPT, launcher, *options, "--", *job]
 
 
@@ -147,12 +152,14 @@ pytestmark = [
 def test_losing_node2_mid_all_reduce_ends_the_job_naming_its_ranks_and_host(fault, launcher, tmp_path, sim_cluster):
     state, prefix = os.environ[SIM_DESIGNATION].strip(), sim_cluster["SIM_PREFIX"]
     nodes = [f"node{k}" for k in range(1, int(sim_cluster["SIM_NODES"]) + 1)]
+    job_nodes, per_node = _launch.sim_test_layout()
+    size, lost_ranks = job_nodes * per_node, list(range(per_node, 2 * per_node))  # node2's
     token = f"hpc_c10d_test_{uuid.uuid4().hex}"
     checkpoint = str(tmp_path / "ckpt.h5") if h5py is not None else "-"
     traces = tmp_path / "traces"
     env = _sim_env(state, prefix, HPC_C10D_TIMEOUT=TIMEOUT_S, HPC_C10D_ABORT_GRACE="2",
                    HPC_C10D_TRACE_DIR=str(traces), HPC_C10D_TEST_JOB=token)
-    cmd = _launch_command(launcher, checkpoint)
+    cmd = _launch_command(launcher, checkpoint, job_nodes, per_node)
     out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
     cut, took, leftovers, ranks_while_cut = False, None, {}, {}
     with open(out_path, "w") as out, open(err_path, "w") as err:
@@ -165,11 +172,11 @@ def test_losing_node2_mid_all_reduce_ends_the_job_naming_its_ranks_and_host(faul
     try:
         deadline = time.monotonic() + START_S
         looping = {}
-        while len(looping) < 4 and job.poll() is None and time.monotonic() < deadline:
+        while len(looping) < size and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-            looping = {int(r): host for r, host in re.findall(r"rank (\d) on (\S+) pid \d+: looping", _read(out_path))}
-        assert len(looping) == 4, f"the job did not start looping on 4 ranks (rc {job.poll()})\n{output()}"
-        assert {r for r, host in looping.items() if host == LOST_NODE} == set(LOST_RANKS), (looping, output())
+            looping = {int(r): host for r, host in re.findall(r"rank (\d+) on (\S+) pid \d+: looping", _read(out_path))}
+        assert len(looping) == size, f"the job did not start looping on {size} ranks (rc {job.poll()})\n{output()}"
+        assert sorted(r for r, host in looping.items() if host == LOST_NODE) == lost_ranks, (looping, output())
         time.sleep(0.5)  # mid-loop: the ranks spend most of it inside all_reduce
         fault_at = time.monotonic()
         if fault == "link down":
@@ -210,7 +217,8 @@ def test_losing_node2_mid_all_reduce_ends_the_job_naming_its_ranks_and_host(faul
         _check_checkpoint(checkpoint)
     if launcher == "mpiexec" and fault == "SIGKILL" and HYDRA_GONE in text:
         pytest.skip(HYDRA_SKIP)
-    lost = rf"ranks {LOST_RANKS[0]}-{LOST_RANKS[-1]} on {LOST_NODE}\b"
-    assert re.search(rf"no answer from {lost}", text), f"no report names ranks 2-3 on node2\n{text}"
+    lost = f"rank {lost_ranks[0]}" if per_node == 1 else f"ranks {lost_ranks[0]}-{lost_ranks[-1]}"
+    lost += f" on {LOST_NODE}"
+    assert re.search(rf"no answer from {lost}\b", text), f"no report names {lost}\n{text}"
     if h5py is None:
         pytest.skip("the fault part passed; checking the checkpoint needs h5py (pip install h5py)")
