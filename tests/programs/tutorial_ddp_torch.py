@@ -83,7 +83,8 @@ def run(rank, size):
 
 
 if __name__ == "__main__":
-    rank, size = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
+    # the launcher's rank and size: MPICH's mpiexec sets PMI_*, Open MPI's OMPI_COMM_WORLD_*
+    rank, size = (int(os.environ.get(f"PMI_{v}") or os.environ[f"OMPI_COMM_WORLD_{v}"]) for v in ("RANK", "SIZE"))
     dist.init_process_group("gloo", rank=rank, world_size=size)
     run(rank, size)
     dist.destroy_process_group()

@@ -1,7 +1,8 @@
 """Blocking point-to-point, written like the PyTorch "Writing Distributed Applications" tutorial.
 
 Only the import line differs from a torch.distributed program. The rank and world size come
-from the launcher (MPICH's mpiexec sets PMI_RANK / PMI_SIZE) and are passed explicitly.
+from the launcher (MPICH's mpiexec sets PMI_RANK / PMI_SIZE, Open MPI's OMPI_COMM_WORLD_RANK /
+OMPI_COMM_WORLD_SIZE) and are passed explicitly.
 Exits non-zero if any rank ends up with the wrong data.
 """
 import os
@@ -47,4 +48,5 @@ def init_process(rank, size, fn, backend="gloo"):
 
 
 if __name__ == "__main__":
-    init_process(int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"]), run)
+    rank, size = (int(os.environ.get(f"PMI_{v}") or os.environ[f"OMPI_COMM_WORLD_{v}"]) for v in ("RANK", "SIZE"))
+    init_process(rank, size, run)
