@@ -24,10 +24,10 @@ def pytest_collection_modifyitems(config, items):
         return
     with open(path) as f:
         ran = set(f.read().splitlines())
-    done = [item for item in items if ledger.item_id(item.nodeid) in ran]
+    done = {item for item in items if ledger.item_id(item.nodeid) in ran}
     if done:
-        config.hook.pytest_deselected(items=done)
-        items[:] = [item for item in items if ledger.item_id(item.nodeid) not in ran]
+        config.hook.pytest_deselected(items=list(done))
+        items[:] = [item for item in items if item not in done]
 
 
 @pytest.fixture(scope="session")
