@@ -11,7 +11,7 @@ SlurmdUser=root
 # cred_expire also sets how long a requeued job waits before it may restart.
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET,cred_expire=30
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=10
 
 StateSaveLocation=$STATE_DIR/ctld
 SlurmdSpoolDir=$1
@@ -32,16 +32,19 @@ JobCompType=jobcomp/none
 SwitchType=switch/none
 MpiDefault=pmi2
 
-# Schedule individual CPUs; memory is not a consumable resource.
+# Schedule individual CPUs; memory is not a consumable resource. The backfill pass, which starts a
+# requeued job once it may restart, every second (SLURM's default: 30 s).
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 
 # Quick turnaround for tests: 5 s between SIGTERM and SIGKILL at job end /
-# time limit, finished jobs disappear from squeue after 30 s, a restarted
-# slurmd puts the node straight back into service, batch jobs may be requeued.
+# time limit, finished jobs disappear from squeue after 10 s (and `sbatch --wait`,
+# which polls less often the longer MinJobAge is, sees a job end within 8 s), a
+# restarted slurmd puts the node straight back into service, batch jobs may be requeued.
 KillWait=5
-MinJobAge=30
+MinJobAge=10
 ReturnToService=2
 JobRequeue=1
 SlurmdTimeout=60

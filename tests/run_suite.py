@@ -3,6 +3,8 @@
 
 Stages
   serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
+           spread over --jobs pytest-xdist workers (default: the CPUs, at most 4); the tests that
+           use a designated cluster share one worker (tests/conftest.py)
   n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi --hpc-c10d tests/
            (--hpc-c10d: hpc_c10d's testing kit, docs/testing_your_code.md: the ranks agree on each
            test's outcome, only rank 0 reports, a test past 600 s fails with a "who is where" report)
@@ -22,7 +24,7 @@ Stages
            sets; the suite never brings it up), skipped with a note otherwise, a failure under
            HPC_C10D_REQUIRE_SIM_CLUSTER=1. The stages export HPC_C10D_TEST_NODES and
            HPC_C10D_TEST_RANKS_PER_NODE (tests read them with _launch.sim_layout()). --node-layouts
-           chooses the layouts (NODESxRANKS, default 2x2).
+           chooses the layouts (NODESxRANKS, default 2x2), --sim-launchers the launchers.
 
 The stages' mpiexec gets its MPI's flags from tests/support/launch.py (Open MPI: --oversubscribe, and
 allowed to run as root), and tests that start jobs of their own use the same launcher ($MPIEXEC).
@@ -53,6 +55,7 @@ Unrecognised options are passed to pytest as well.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import signal
@@ -362,6 +365,17 @@ def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
                 pass
 
 
+def xdist_args(jobs: int) -> list[str]:
+    """pytest's options that spread the serial tests over ``jobs`` workers; none for one, or without
+    pytest-xdist (then saying so)."""
+    if jobs <= 1:
+        return []
+    if importlib.util.find_spec("xdist") is None:
+        print(f"run_suite: pytest-xdist is not installed: the serial tests run in one process, not {jobs}", flush=True)
+        return []
+    return ["-n", str(jobs), "--dist", "load"]
+
+
 def print_log(path: Path, title: str, max_lines: int = 3000) -> None:
     print(f"\n{'-' * 30} {title} ({path}) {'-' * 30}")
     try:
@@ -413,7 +427,9 @@ def main(argv: list[str]) -> int:
                          "(default 4; '' or 0 for none)")
     ap.add_argument("--node-layouts", default="2x2",
                     help="NODESxRANKS_PER_NODE layouts for the MPI tests on the designated simulated cluster, "
-                         "each under its mpiexec and its srun (default 2x2; '' for none)")
+                         "each under --sim-launchers (default 2x2; '' for none)")
+    ap.add_argument("--sim-launchers", default="mpiexec,srun",
+                    help="which of the simulated cluster's launchers run each layout (default mpiexec,srun)")
     ap.add_argument("--timeout", type=float, default=900, help="wall-clock limit per stage in seconds (default 900)")
     ap.add_argument("--total-timeout", type=float, default=2700,
                     help="wall-clock budget for all stages together in seconds (default 2700; 0 = none)")
@@ -422,6 +438,9 @@ def main(argv: list[str]) -> int:
                          "(pytest faulthandler_timeout; 0 = off)")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression, for every stage")
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
+    ap.add_argument("--jobs", type=int, default=min(len(os.sched_getaffinity(0)), 4),
+                    help="pytest-xdist workers for the serial stage (default: the CPUs this process may use, at "
+                         "most 4; 1: one process)")
     ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
                     help="where JUnit XML and logs go (default test-results/)")
     ap.add_argument("--skip-ran-in", metavar="DIRS", default="",
@@ -452,6 +471,9 @@ def main(argv: list[str]) -> int:
         ap.error(f"--node-layouts {args.node_layouts!r}: give NODESxRANKS_PER_NODE, e.g. 2x2 or 2x2,3x1")
     if any(n < 1 or r < 1 for n, r in layouts):
         ap.error(f"--node-layouts {args.node_layouts!r}: nodes and ranks per node must be positive")
+    sim_launchers = set(args.sim_launchers.replace(" ", "").split(","))
+    if not sim_launchers <= {"mpiexec", "srun"}:
+        ap.error(f"--sim-launchers {args.sim_launchers!r}: give mpiexec, srun or both (comma-separated)")
 
     results_dir = Path(args.results_dir).resolve()
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -471,7 +493,7 @@ def main(argv: list[str]) -> int:
     stages: list[Stage] = []
     if not args.no_serial:
         stages.append(Stage("serial", "serial", 0, cmd=[
-            sys.executable, "-m", "pytest", "-m", "not mpi", *common,
+            sys.executable, "-m", "pytest", "-m", "not mpi", *common, *xdist_args(args.jobs),
             f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
         ]))
 
@@ -517,25 +539,24 @@ def main(argv: list[str]) -> int:
     # Multi-node stages: each layout under the simulated cluster's mpiexec (Hydra, from node1) and srun.
     for nodes, per_node in layouts:
         layout, n = f"{nodes}x{per_node}", nodes * per_node
+        launch = {"mpiexec": ["mpiexec", "-n", str(n), "-ppn", str(per_node)],
+                  "srun": ["srun", "-N", str(nodes), f"--ntasks-per-node={per_node}", "--overcommit", "--mpi=pmi2",
+                           "--kill-on-bad-exit=1"]}
+        runs = [(f"sim {name} {layout}", f"n{n}sim{'' if name == 'mpiexec' else name}{layout}", argv)
+                for name, argv in launch.items() if name in sim_launchers]
         problem = sim_problem(flavour.name, mpiexec, nodes)
-        names = (f"sim mpiexec {layout}", f"sim srun {layout}")
         if problem and _launch.sim_cluster_required():
-            stages += [Stage(name, f"n{n}sim{layout}", n, not_run=problem) for name in names]
+            stages += [Stage(name, tag, n, not_run=problem) for name, tag, _ in runs]
             continue
         if problem:
-            print(f"run_suite: no {' or '.join(names)} stage: {problem}", flush=True)
+            print(f"run_suite: no {' or '.join(name for name, _, _ in runs)} stage: {problem}", flush=True)
             continue
         stage_env = {"HPC_C10D_SIM_DIR": _launch.sim_cluster_env()["HPC_C10D_SIM_DIR"],  # the designated one
                      "HPC_C10D_SIM_MPIEXEC": str(mpiexec),
                      _launch.TEST_NODES: str(nodes), _launch.TEST_RANKS_PER_NODE: str(per_node)}
-        launch = {
-            names[0]: ["mpiexec", "-n", str(n), "-ppn", str(per_node)],
-            names[1]: ["srun", "-N", str(nodes), f"--ntasks-per-node={per_node}", "--overcommit", "--mpi=pmi2",
-                       "--kill-on-bad-exit=1"],
-        }
-        for name, tag in zip(names, (f"n{n}sim{layout}", f"n{n}simsrun{layout}")):
+        for name, tag, argv in runs:
             stages.append(Stage(name, tag, n, env=stage_env, cmd=[
-                "timeout", "-k", "10", f"{args.timeout:.0f}", *_launch.sim_cluster_command(*launch[name]), "--",
+                "timeout", "-k", "10", f"{args.timeout:.0f}", *_launch.sim_cluster_command(*argv), "--",
                 sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--",
                 *MPI_PYTEST_ARGS, *common, *extra, *paths,
             ]))
