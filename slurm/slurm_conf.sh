@@ -40,7 +40,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 
 # Quick turnaround for tests: 5 s between SIGTERM and SIGKILL at job end /
-# time limit, finished jobs disappear from squeue after 10 s (and `sbatch --wait`,
+# time limit, finished jobs disappear from squeue after 10 s (and sbatch --wait,
 # which polls less often the longer MinJobAge is, sees a job end within 8 s), a
 # restarted slurmd puts the node straight back into service, batch jobs may be requeued.
 KillWait=5

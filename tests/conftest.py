@@ -1,6 +1,6 @@
 """Shared fixtures: one process group for the whole session, at whatever size mpiexec gave; the
 designated simulated cluster for serial tests that start multi-node jobs on it. Under pytest-xdist
-(run_suite.py --jobs) the tests that use a designated cluster run one after another on one worker."""
+(run_suite.py --jobs) the tests of the simulated cluster run one after another on one worker."""
 from pathlib import Path
 
 import pytest
@@ -21,25 +21,24 @@ def pytest_addoption(parser):
                           "earlier run ran already (run_suite.py --skip-ran-in)")
 
 
-# Test files whose tests submit jobs to the designated SLURM cluster or start them on the simulated one:
-# they share its queue, nodes and links (a test cuts node2's link).
-CLUSTER_TESTS = frozenset({"test_slurm", "test_sim_cluster", "test_multinode", "test_multinode_faults",
-                           "test_ulfm_multinode", "test_frameworks", "test_torch_backend_launch"})
+# Test files whose tests start jobs on the designated simulated cluster: they share its nodes and links (a
+# test cuts node2's link). Jobs on the designated SLURM cluster share nothing but its CPUs.
+SIM_CLUSTER_TESTS = frozenset({"test_sim_cluster", "test_multinode", "test_multinode_faults", "test_ulfm_multinode"})
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's ``--dist load`` (run_suite.py --jobs): each test goes to the next free worker, but the
-    tests that use a designated cluster go to one worker, one after another."""
+    tests of the simulated cluster go to one worker, one after another."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class OneClusterWorker(LoadScopeScheduling):
+    class OneSimClusterWorker(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            return "cluster" if Path(nodeid.partition("::")[0]).stem in CLUSTER_TESTS else nodeid
+            return "sim cluster" if Path(nodeid.partition("::")[0]).stem in SIM_CLUSTER_TESTS else nodeid
 
-    return OneClusterWorker(config, log)
+    return OneSimClusterWorker(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

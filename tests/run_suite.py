@@ -3,8 +3,8 @@
 
 Stages
   serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
-           spread over --jobs pytest-xdist workers (default: the CPUs, at most 4); the tests that
-           use a designated cluster share one worker (tests/conftest.py)
+           spread over --jobs pytest-xdist workers (default: the CPUs, at most 4); the tests of
+           the designated simulated cluster share one worker (tests/conftest.py)
   n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi --hpc-c10d tests/
            (--hpc-c10d: hpc_c10d's testing kit, docs/testing_your_code.md: the ranks agree on each
            test's outcome, only rank 0 reports, a test past 600 s fails with a "who is where" report)
@@ -68,10 +68,12 @@ from pathlib import Path
 
 from support import launch as _launch
 from support import ledger as _ledger
+from support import rank_worker
+from support.process_tree import descendants, kill_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
-WORKER_FLAG = "--rank-worker"
+WORKER_FLAG = "--rank-worker"  # run_suite.py --rank-worker ...: one rank of an MPI stage (support/rank_worker.py)
 # Run again on the MPI library's network path (one-sided progress needs the target).
 STORE_TESTS = ["tests/stores/test_mpi_store.py", "tests/stores/test_store_contract.py"]
 
@@ -80,157 +82,12 @@ STORE_TESTS = ["tests/stores/test_mpi_store.py", "tests/stores/test_store_contra
 MPI_PYTEST_ARGS = ["--with-mpi", "-m", "mpi", "-p", "no:cacheprovider", "-p", "hpc_c10d.testing.pytest_plugin",
                    "--hpc-c10d", "--hpc-c10d-time-limit", "600"]
 
-# Environment variables that carry the MPI rank, most specific first.
-RANK_VARS = (
-    "OMPI_COMM_WORLD_RANK",  # Open MPI
-    "PMIX_RANK",  # PMIx launchers (Open MPI 5, prterun, srun --mpi=pmix)
-    "PMI_RANK",  # MPICH hydra, Intel MPI, MVAPICH
-    "MPI_RANKID",
-    "SLURM_PROCID",
-)
-
-
-# --------------------------------------------------------------------------
-# Per-rank worker: runs *inside* mpiexec, one per rank.
-# --------------------------------------------------------------------------
-def _set_pdeathsig() -> None:
-    """Make the child die with its parent (Linux); harmless elsewhere."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        pass
-
-
-def rank_worker(argv: list[str]) -> int:
-    """argv: RESULTS_DIR TAG -- PYTEST_ARGS...
-
-    Runs ``python -m pytest PYTEST_ARGS --junitxml=RESULTS_DIR/TAG-rankR.xml``
-    as a child that inherits every file descriptor (the MPI launcher's PMI
-    socket, e.g. PMI_FD, must survive), tees rank 0's output to the terminal
-    and to a log, sends other ranks' output to the log only, and records the
-    child's exit status in RESULTS_DIR/TAG-rankR.rc.
-    """
-    results_dir, tag = Path(argv[0]), argv[1]
-    pytest_args = argv[3:] if len(argv) > 2 and argv[2] == "--" else argv[2:]
-    rank = next((os.environ[v] for v in RANK_VARS if os.environ.get(v, "").strip()), None)
-    if rank is None:
-        rank = f"X{os.getpid()}"
-        print(f"run_suite: cannot determine MPI rank (none of {', '.join(RANK_VARS)} set)", file=sys.stderr)
-    stem = results_dir / f"{tag}-rank{rank}"
-    cmd = [
-        sys.executable, "-m", "pytest", *pytest_args,
-        f"--junitxml={stem}.xml", "-o", f"junit_suite_name={tag}-rank{rank}",
-    ]
-    with open(f"{stem}.log", "wb") as log:
-        log.write(("$ " + shlex.join(cmd) + "\n").encode())
-        log.flush()
-        tee = rank == "0"
-        child = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if tee else log,
-            stderr=subprocess.STDOUT,
-            close_fds=False,
-            preexec_fn=_set_pdeathsig,
-        )
-
-        def forward(signum, _frame):
-            try:
-                child.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
-            signal.signal(sig, forward)
-        if tee:
-            out = sys.stdout.buffer
-            assert child.stdout is not None
-            for line in iter(child.stdout.readline, b""):
-                out.write(line)
-                out.flush()
-                log.write(line)
-            log.flush()
-        rc = child.wait()
-    Path(f"{stem}.rc").write_text(f"{rc}\n")
-    return rc if rc >= 0 else 128 - rc
-
-
-# --------------------------------------------------------------------------
-# Driver
-# --------------------------------------------------------------------------
-def _descendants(pid: int) -> list[int]:
-    """All descendant pids of pid, from /proc (Linux); [] elsewhere."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for e in entries:
-        if not e.isdigit():
-            continue
-        try:
-            with open(f"/proc/{e}/stat", "rb") as fh:
-                stat = fh.read()
-            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(e))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def kill_tree(proc: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL, the process group of proc and every descendant."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [proc.pid, *_descendants(proc.pid)]
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGTERM:
-            # mpiexec is gone; make sure no rank outlived it.
-            time.sleep(0.5)
-            left = [p for p in pids if _alive(p)]
-            if not left:
-                return
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # zombies count as dead
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
-    except (OSError, ValueError, IndexError):
-        return True
-
 
 @dataclass
 class Stage:
+    """One pytest run (serial) or job (MPI), and, once it ran, its verdict."""
     name: str
-    tag: str
+    tag: str  # its files in the results folder: TAG.xml (serial), TAG-rankR.{xml,log,rc}
     nranks: int  # 0 for the serial stage
     cmd: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # added to the environment of this stage
@@ -250,84 +107,55 @@ class Stage:
         return self.status in ("PASS", "NO TESTS")
 
 
-def parse_junit(path: Path) -> dict[str, str]:
-    """Map test id -> 'passed' | 'failed' | 'skipped' for one JUnit XML file."""
-    rank_order = {"skipped": 0, "passed": 1, "failed": 2}
-    result: dict[str, str] = {}
-    root = ET.parse(path).getroot()
-    for tc in root.iter("testcase"):
-        tid = f"{tc.get('classname', '')}::{tc.get('name', '')}"
-        tags = {child.tag for child in tc}
-        if "failure" in tags or "error" in tags:
-            st = "failed"
-        elif "skipped" in tags:
-            st = "skipped"
-        else:
-            st = "passed"
-        prev = result.get(tid)
-        if prev is None or rank_order[st] > rank_order[prev]:
-            result[tid] = st
-    return result
+def _rank_verdict(stage: Stage, results_dir: Path, rank: int | None, combined: dict[str, set[str]]) -> bool:
+    """Add one rank's (or the serial run's) outcomes to ``combined``; whether that rank went wrong."""
+    stem = results_dir / (stage.tag if rank is None else f"{stage.tag}-rank{rank}")
+    label = "serial" if rank is None else f"rank {rank}"
+    try:
+        outcomes = _ledger.cases(stem.with_suffix(".xml"))
+    except FileNotFoundError:
+        stage.problems.append(f"{label}: no JUnit XML")
+        return True
+    except (ET.ParseError, OSError) as exc:
+        stage.problems.append(f"{label}: unreadable JUnit XML ({exc})")
+        return True
+    for tid, outcome in outcomes.items():
+        combined.setdefault(tid, set()).add(outcome)
+    bad = "failed" in outcomes.values()
+    if rank is not None:
+        try:
+            bad |= int(stem.with_suffix(".rc").read_text().strip()) not in (0, 5)  # 5: no tests collected
+        except (OSError, ValueError):
+            bad = True
+    return bad
 
 
 def evaluate(stage: Stage, results_dir: Path) -> list[int]:
-    """Fill the counts/status of a finished stage; return ranks whose log should be shown."""
-    show: list[int] = []
+    """Fill the counts and status of a finished stage; return the ranks whose log should be shown."""
     stage.passed = stage.failed = stage.skipped = 0
     stage.problems, stage.failed_tests = [], []
     if stage.not_run:
         stage.status = "NOT RUN"
         stage.problems.append(stage.not_run)
-        return show
-    ranks = [None] if stage.nranks == 0 else list(range(stage.nranks))
+        return []
     combined: dict[str, set[str]] = {}
-    any_rank_failed = False
-    for r in ranks:
-        stem = results_dir / (stage.tag if r is None else f"{stage.tag}-rank{r}")
-        xml = stem.with_suffix(".xml")
-        label = "serial" if r is None else f"rank {r}"
-        rank_bad = False
-        if not xml.is_file():
-            stage.problems.append(f"{label}: no JUnit XML")
-            rank_bad = True
-        else:
-            try:
-                per = parse_junit(xml)
-            except (ET.ParseError, OSError) as exc:
-                stage.problems.append(f"{label}: unreadable JUnit XML ({exc})")
-                rank_bad = True
-                per = {}
-            for tid, st in per.items():
-                combined.setdefault(tid, set()).add(st)
-                if st == "failed":
-                    rank_bad = True
-        if r is not None:
-            rcf = stem.with_suffix(".rc")
-            if rcf.is_file():
-                try:
-                    rrc = int(rcf.read_text().strip())
-                except ValueError:
-                    rrc = -999
-                if rrc not in (0, 5):
-                    rank_bad = True
-            else:
-                rank_bad = True
-            if rank_bad or stage.timed_out:
-                show.append(r)
-        any_rank_failed |= rank_bad
-    for tid, sts in sorted(combined.items()):
-        if "failed" in sts:
+    show: list[int] = []
+    for rank in [None] if stage.nranks == 0 else range(stage.nranks):
+        went_wrong = _rank_verdict(stage, results_dir, rank, combined)
+        if rank is not None and (went_wrong or stage.timed_out):
+            show.append(rank)
+    for tid, outcomes in sorted(combined.items()):  # a test counts once: failed on a rank, else passed on one
+        if "failed" in outcomes:
             stage.failed += 1
             stage.failed_tests.append(tid)
-        elif "passed" in sts:
+        elif "passed" in outcomes:
             stage.passed += 1
         else:
             stage.skipped += 1
     if stage.timed_out:
         stage.status = "TIMEOUT"
-        if not stage.problems:
-            stage.problems.append("timed out")
-    elif stage.failed or any_rank_failed or stage.rc not in (0, 5) or stage.problems:
+        stage.problems = stage.problems or ["timed out"]
+    elif stage.failed or show or stage.rc not in (0, 5) or stage.problems:
         stage.status = "FAIL"
         if not stage.failed and not stage.problems:
             stage.problems.append(f"exit status {stage.rc} without a failed test")
@@ -358,7 +186,7 @@ def run_stage(stage: Stage, timeout: float, env: dict[str, str]) -> None:
     finally:
         stage.elapsed = time.monotonic() - t0
         # Reap stray ranks that outlived mpiexec (should not happen, but never leave them behind).
-        for p in _descendants(proc.pid) if proc.returncode is None else []:
+        for p in descendants(proc.pid) if proc.returncode is None else []:
             try:
                 os.kill(p, signal.SIGKILL)
             except OSError:
@@ -409,10 +237,8 @@ def has_path_arg(args: list[str]) -> bool:
     return any(not a.startswith("-") and (ROOT / a.split("::")[0]).exists() for a in args)
 
 
-def main(argv: list[str]) -> int:
-    if argv and argv[0] == WORKER_FLAG:
-        return rank_worker(argv[1:])
-
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """run_suite's options, and the arguments for every pytest run (unrecognised ones and those after --)."""
     ap = argparse.ArgumentParser(
         description="Run the hpc_c10d test suite: a serial pytest run, then "
                     "mpiexec -n N pytest --with-mpi -m mpi for each N.",
@@ -438,7 +264,8 @@ def main(argv: list[str]) -> int:
                          "(pytest faulthandler_timeout; 0 = off)")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression, for every stage")
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
-    ap.add_argument("--jobs", type=int, default=min(len(os.sched_getaffinity(0)), 4),
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    ap.add_argument("--jobs", type=int, default=min(cpus, 4),
                     help="pytest-xdist workers for the serial stage (default: the CPUs this process may use, at "
                          "most 4; 1: one process)")
     ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
@@ -452,161 +279,144 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--mpiexec", default=None,
                     help="launcher to use, also by tests that start jobs (default: $MPIEXEC, else next to "
                          "sys.executable, then PATH)")
-    if "--" in argv:
-        i = argv.index("--")
-        argv, passthrough = argv[:i], argv[i + 1 :]
-    else:
-        passthrough = []
+    argv, passthrough = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args, unknown = ap.parse_known_args(argv)
     extra = [*unknown, *passthrough]
     if args.keyword is not None:
         extra = ["-k", args.keyword, *extra]
-    sizes = [int(s) for s in args.sizes.replace(" ", "").split(",") if s and int(s) > 0]
-    net_sizes = [int(s) for s in args.net_sizes.replace(" ", "").split(",") if s and int(s) > 0]
-    slurm_sizes = [int(s) for s in args.slurm_sizes.replace(" ", "").split(",") if s and int(s) > 0]
+
+    def sizes(option: str) -> list[int]:
+        return [int(s) for s in getattr(args, option).replace(" ", "").split(",") if s and int(s) > 0]
+
+    args.sizes, args.net_sizes, args.slurm_sizes = sizes("sizes"), sizes("net_sizes"), sizes("slurm_sizes")
+    layouts, launchers = args.node_layouts, args.sim_launchers
     try:
-        layouts = [(int(n), int(r)) for n, r in (lay.split("x") for lay in args.node_layouts.replace(" ", "").split(",")
-                                                  if lay and lay != "0")]
+        args.node_layouts = [(int(n), int(r)) for n, r in (lay.split("x") for lay in
+                             layouts.replace(" ", "").split(",") if lay and lay != "0")]
     except ValueError:
-        ap.error(f"--node-layouts {args.node_layouts!r}: give NODESxRANKS_PER_NODE, e.g. 2x2 or 2x2,3x1")
-    if any(n < 1 or r < 1 for n, r in layouts):
-        ap.error(f"--node-layouts {args.node_layouts!r}: nodes and ranks per node must be positive")
-    sim_launchers = set(args.sim_launchers.replace(" ", "").split(","))
-    if not sim_launchers <= {"mpiexec", "srun"}:
-        ap.error(f"--sim-launchers {args.sim_launchers!r}: give mpiexec, srun or both (comma-separated)")
+        ap.error(f"--node-layouts {layouts!r}: give NODESxRANKS_PER_NODE, e.g. 2x2 or 2x2,3x1")
+    if any(n < 1 or r < 1 for n, r in args.node_layouts):
+        ap.error(f"--node-layouts {layouts!r}: nodes and ranks per node must be positive")
+    args.sim_launchers = set(launchers.replace(" ", "").split(","))
+    if not args.sim_launchers <= {"mpiexec", "srun"}:
+        ap.error(f"--sim-launchers {launchers!r}: give mpiexec, srun or both (comma-separated)")
+    return args, extra
 
-    results_dir = Path(args.results_dir).resolve()
-    results_dir.mkdir(parents=True, exist_ok=True)
-    for pat in ("serial.xml", "n*-rank*.xml", "n*-rank*.log", "n*-rank*.rc", "*.ran"):
-        for old in results_dir.glob(pat):
-            old.unlink()
 
-    common = ["-rfE"]
-    if args.faulthandler_timeout > 0:
-        common += ["-o", f"faulthandler_timeout={args.faulthandler_timeout:g}"]
-    paths = [] if has_path_arg(extra) else ["tests"]
-
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("PYTHONFAULTHANDLER", "1")
-
-    stages: list[Stage] = []
-    if not args.no_serial:
-        stages.append(Stage("serial", "serial", 0, cmd=[
-            sys.executable, "-m", "pytest", "-m", "not mpi", *common, *xdist_args(args.jobs),
-            f"--junitxml={results_dir / 'serial.xml'}", *extra, *paths,
-        ]))
-
-    mpiexec = (args.mpiexec or _launch.mpiexec()) if sizes or net_sizes or layouts else None
-    flavour = _launch.flavour(mpiexec)
-    launcher_note = ""
-    if sizes or net_sizes or layouts:
+def mpi_stages(args: argparse.Namespace, mpiexec: str | None, flavour: _launch.Flavour, results_dir: Path,
+               pytest_args: list[str], paths: list[str]) -> list[Stage]:
+    """The stages under mpiexec: the MPI tests at each size, the store tests on the network path."""
+    runs = [(f"mpi n={n}", f"n{n}", n, paths, {}) for n in args.sizes]
+    where = STORE_TESTS if paths else []  # the user's paths, when given
+    runs += [(f"net n={n}", f"n{n}net", n, where, flavour.network_path) for n in args.net_sizes]
+    stages = []
+    for name, tag, n, where, env in runs:
+        stage = Stage(name, tag, n, env=env)
         if mpiexec is None:
-            launcher_note = "mpiexec not found (looked at $MPIEXEC, next to sys.executable, then PATH)"
-            print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
+            stage.not_run = "mpiexec not found"
         else:
-            launcher_note = f"{mpiexec} [{flavour.name}: {_launch.identify(mpiexec)[1]}]"
-            print(f"run_suite: launcher {launcher_note}", flush=True)
-            env = {**flavour.job_env(), **env, "MPIEXEC": mpiexec}  # tests that start jobs use this launcher too
-        runs = [(f"mpi n={n}", f"n{n}", n, paths, {}) for n in sizes]
-        runs += [(f"net n={n}", f"n{n}net", n, [] if has_path_arg(extra) else STORE_TESTS, flavour.network_path)
-                 for n in net_sizes]
-        for name, tag, n, where, stage_env in runs:
-            st = Stage(name, tag, n, env=stage_env)
-            if mpiexec is None:
-                st.not_run = "mpiexec not found"
-            else:
-                st.cmd = [
-                    *_launch.mpiexec_command(n, mpiexec),
-                    sys.executable, str(THIS), WORKER_FLAG, str(results_dir), st.tag, "--",
-                    *MPI_PYTEST_ARGS, *common, *extra, *where,
-                ]
-            stages.append(st)
+            stage.cmd = [*_launch.mpiexec_command(n, mpiexec), *rank_command(results_dir, tag, pytest_args, where)]
+        stages.append(stage)
+    return stages
 
-    srun_problem = slurm_problem(flavour) if slurm_sizes else ""  # --slurm-sizes '': no stage, none required
-    if srun_problem and _launch.slurm_required():
-        stages.append(Stage(f"srun n={slurm_sizes[0] if slurm_sizes else '?'}", "srun", 0, not_run=srun_problem))
-    elif srun_problem:
-        print(f"run_suite: no srun stage: {srun_problem}", flush=True)
-    for n in [] if srun_problem else slurm_sizes:
-        stages.append(Stage(f"srun n={n}", f"n{n}srun", n, cmd=[
-            "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit",
-            f"--mpi={flavour.srun_mpi}", "--kill-on-bad-exit=1",
-            sys.executable, str(THIS), WORKER_FLAG, str(results_dir), f"n{n}srun", "--",
-            *MPI_PYTEST_ARGS, *common, *extra, *paths,
-        ]))
 
-    # Multi-node stages: each layout under the simulated cluster's mpiexec (Hydra, from node1) and srun.
-    for nodes, per_node in layouts:
+def srun_stages(args: argparse.Namespace, flavour: _launch.Flavour, results_dir: Path, pytest_args: list[str],
+                paths: list[str]) -> list[Stage]:
+    """The MPI tests under srun on the designated SLURM cluster, at each --slurm-sizes."""
+    problem = slurm_problem(flavour) if args.slurm_sizes else ""  # --slurm-sizes '': no stage, none required
+    if problem and _launch.slurm_required():
+        return [Stage(f"srun n={args.slurm_sizes[0]}", "srun", 0, not_run=problem)]
+    if problem:
+        print(f"run_suite: no srun stage: {problem}", flush=True)
+        return []
+    return [Stage(f"srun n={n}", f"n{n}srun", n, cmd=[
+        "timeout", "-k", "10", f"{args.timeout:.0f}", "srun", "-n", str(n), "--overcommit",
+        f"--mpi={flavour.srun_mpi}", "--kill-on-bad-exit=1",
+        *rank_command(results_dir, f"n{n}srun", pytest_args, paths)]) for n in args.slurm_sizes]
+
+
+def sim_stages(args: argparse.Namespace, mpiexec: str | None, flavour: _launch.Flavour, results_dir: Path,
+               pytest_args: list[str], paths: list[str]) -> list[Stage]:
+    """The MPI tests on the designated simulated cluster: each layout under each of --sim-launchers."""
+    stages = []
+    for nodes, per_node in args.node_layouts:
         layout, n = f"{nodes}x{per_node}", nodes * per_node
         launch = {"mpiexec": ["mpiexec", "-n", str(n), "-ppn", str(per_node)],
                   "srun": ["srun", "-N", str(nodes), f"--ntasks-per-node={per_node}", "--overcommit", "--mpi=pmi2",
                            "--kill-on-bad-exit=1"]}
         runs = [(f"sim {name} {layout}", f"n{n}sim{'' if name == 'mpiexec' else name}{layout}", argv)
-                for name, argv in launch.items() if name in sim_launchers]
+                for name, argv in launch.items() if name in args.sim_launchers]
         problem = sim_problem(flavour.name, mpiexec, nodes)
         if problem and _launch.sim_cluster_required():
             stages += [Stage(name, tag, n, not_run=problem) for name, tag, _ in runs]
-            continue
-        if problem:
+        elif problem:
             print(f"run_suite: no {' or '.join(name for name, _, _ in runs)} stage: {problem}", flush=True)
-            continue
-        stage_env = {"HPC_C10D_SIM_DIR": _launch.sim_cluster_env()["HPC_C10D_SIM_DIR"],  # the designated one
-                     "HPC_C10D_SIM_MPIEXEC": str(mpiexec),
-                     _launch.TEST_NODES: str(nodes), _launch.TEST_RANKS_PER_NODE: str(per_node)}
-        for name, tag, argv in runs:
-            stages.append(Stage(name, tag, n, env=stage_env, cmd=[
+        else:
+            env = {"HPC_C10D_SIM_DIR": _launch.sim_cluster_env()["HPC_C10D_SIM_DIR"],  # the designated one
+                   "HPC_C10D_SIM_MPIEXEC": str(mpiexec),
+                   _launch.TEST_NODES: str(nodes), _launch.TEST_RANKS_PER_NODE: str(per_node)}
+            stages += [Stage(name, tag, n, env=env, cmd=[
                 "timeout", "-k", "10", f"{args.timeout:.0f}", *_launch.sim_cluster_command(*argv), "--",
-                sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--",
-                *MPI_PYTEST_ARGS, *common, *extra, *paths,
-            ]))
+                *rank_command(results_dir, tag, pytest_args, paths)]) for name, tag, argv in runs]
+    return stages
 
-    if args.skip_ran_in:
-        rerun = {m for m in args.rerun.split(",") if m}
-        for st in stages:
-            if st.cmd:
-                ran = results_dir / f"{st.tag}.ran"
-                done = set().union(*(_ledger.ran_in(Path(d), st.tag) for d in args.skip_ran_in.split(",") if d))
-                ran.write_text("".join(f"{tid}\n" for tid in sorted(done) if tid.split("::")[0] not in rerun))
-                st.cmd += ["--skip-ran", str(ran)]
 
-    t_start = time.monotonic()
-    interrupted = False
+def rank_command(results_dir: Path, tag: str, pytest_args: list[str], paths: list[str]) -> list[str]:
+    """What the launcher starts on each rank: this script's rank worker, running the mpi-marked tests."""
+    return [sys.executable, str(THIS), WORKER_FLAG, str(results_dir), tag, "--", *MPI_PYTEST_ARGS, *pytest_args,
+            *paths]
+
+
+def leave_out_what_ran(stages: list[Stage], args: argparse.Namespace, results_dir: Path) -> None:
+    """--skip-ran-in: each stage deselects the ids the same stage of the earlier runs ran (but --rerun's)."""
+    rerun = {m for m in args.rerun.split(",") if m}
+    for stage in stages:
+        if stage.cmd:
+            done = set().union(*(_ledger.ran_in(Path(d), stage.tag) for d in args.skip_ran_in.split(",") if d))
+            ran = results_dir / f"{stage.tag}.ran"
+            ran.write_text("".join(f"{tid}\n" for tid in sorted(done) if tid.split("::")[0] not in rerun))
+            stage.cmd += ["--skip-ran", str(ran)]
+
+
+def run_all(stages: list[Stage], args: argparse.Namespace, env: dict[str, str], results_dir: Path) -> bool:
+    """Run the stages in order within --total-timeout; whether the user interrupted."""
+    start = time.monotonic()
     try:
-        for st in stages:
-            if st.not_run:
+        for stage in stages:
+            if stage.not_run:
                 continue
             budget = args.timeout
             if args.total_timeout > 0:
-                left = args.total_timeout - (time.monotonic() - t_start)
+                left = args.total_timeout - (time.monotonic() - start)
                 if left < 30:
-                    st.not_run = f"overall budget (--total-timeout {args.total_timeout:g}s) exhausted"
-                    print(f"\nrun_suite: skipping stage {st.name}: {st.not_run}", flush=True)
+                    stage.not_run = f"overall budget (--total-timeout {args.total_timeout:g}s) exhausted"
+                    print(f"\nrun_suite: skipping stage {stage.name}: {stage.not_run}", flush=True)
                     continue
                 budget = min(budget, left)
-            run_stage(st, budget, env)
-            for r in evaluate(st, results_dir):
-                if r != 0:  # rank 0's output was already shown live
-                    print_log(results_dir / f"{st.tag}-rank{r}.log", f"{st.name} rank {r} output")
+            run_stage(stage, budget, env)
+            for r in evaluate(stage, results_dir):  # rank 0's output was already shown live
+                if r != 0:
+                    print_log(results_dir / f"{stage.tag}-rank{r}.log", f"{stage.name} rank {r} output")
     except KeyboardInterrupt:
-        interrupted = True
         print("\nrun_suite: interrupted", flush=True)
+        return True
+    return False
 
-    # ---- summary ----
+
+def summarize(stages: list[Stage], results_dir: Path, launcher_note: str, interrupted: bool) -> int:
+    """Print the table of stages and the closing ``N passed, N failed, N skipped`` line; the exit status."""
     total_p = total_f = total_s = 0
     rows = []
     for st in stages:
         if st.rc is None and not st.timed_out and not st.not_run:
             st.not_run = "interrupted" if interrupted else "not started"
         evaluate(st, results_dir)
-        # Each stage/rank-level problem (no JUnit XML, timeout, bad exit status, not run)
-        # counts as one failure; failed tests are counted individually.
-        extra_fail = len(st.problems)
-        total_p += st.passed
-        total_f += st.failed + extra_fail
-        total_s += st.skipped
-        rows.append((st.name, str(st.nranks or 1), st.status, st.passed, st.failed + extra_fail, st.skipped,
-                     f"{st.elapsed:.1f}s", "; ".join(st.problems)))
+        # A stage- or rank-level problem (no JUnit XML, timeout, bad exit status, not run) counts as one
+        # failure; failed tests count one each.
+        failed = st.failed + len(st.problems)
+        total_p, total_f, total_s = total_p + st.passed, total_f + failed, total_s + st.skipped
+        rows.append((st.name, str(st.nranks or 1), st.status, st.passed, failed, st.skipped, f"{st.elapsed:.1f}s",
+                     "; ".join(st.problems)))
 
     print(f"\n{'=' * 78}\nrun_suite summary  (results in {results_dir})")
     if launcher_note:
@@ -633,9 +443,48 @@ def main(argv: list[str]) -> int:
     elif total_p == 0:
         print("run_suite: WARNING: no test passed")
     print(f"{total_p} passed, {total_f} failed, {total_s} skipped", flush=True)
-    if interrupted:
-        return 130
-    return 0 if ok else 1
+    return 130 if interrupted else 0 if ok else 1
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == WORKER_FLAG:
+        return rank_worker.run(argv[1:])
+    args, extra = parse_args(argv)
+    results_dir = Path(args.results_dir).resolve()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for pattern in ("serial.xml", "n*-rank*.xml", "n*-rank*.log", "n*-rank*.rc", "*.ran"):
+        for old in results_dir.glob(pattern):
+            old.unlink()
+
+    pytest_args = ["-rfE", *extra]
+    if args.faulthandler_timeout > 0:
+        pytest_args = ["-o", f"faulthandler_timeout={args.faulthandler_timeout:g}", *pytest_args]
+    paths = [] if has_path_arg(extra) else ["tests"]
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **os.environ}
+
+    stages: list[Stage] = []
+    if not args.no_serial:
+        stages.append(Stage("serial", "serial", 0, cmd=[
+            sys.executable, "-m", "pytest", "-m", "not mpi", *xdist_args(args.jobs),
+            f"--junitxml={results_dir / 'serial.xml'}", *pytest_args, *paths]))
+    launcher_note = ""
+    mpiexec = (args.mpiexec or _launch.mpiexec()) if args.sizes or args.net_sizes or args.node_layouts else None
+    flavour = _launch.flavour(mpiexec)
+    if args.sizes or args.net_sizes or args.node_layouts:
+        if mpiexec is None:
+            launcher_note = "mpiexec not found (looked at $MPIEXEC, next to sys.executable, then PATH)"
+            print(f"run_suite: ERROR: {launcher_note}", file=sys.stderr)
+        else:
+            launcher_note = f"{mpiexec} [{flavour.name}: {_launch.identify(mpiexec)[1]}]"
+            print(f"run_suite: launcher {launcher_note}", flush=True)
+            env = {**flavour.job_env(), **env, "MPIEXEC": mpiexec}  # tests that start jobs use this launcher too
+        stages += mpi_stages(args, mpiexec, flavour, results_dir, pytest_args, paths)
+    stages += srun_stages(args, flavour, results_dir, pytest_args, paths)
+    stages += sim_stages(args, mpiexec, flavour, results_dir, pytest_args, paths)
+    if args.skip_ran_in:
+        leave_out_what_ran(stages, args, results_dir)
+    interrupted = run_all(stages, args, env, results_dir)
+    return summarize(stages, results_dir, launcher_note, interrupted)
 
 
 if __name__ == "__main__":

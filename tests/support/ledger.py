@@ -59,19 +59,29 @@ def stage_of(xml: Path, root: Path) -> str:
     return f"{'quickstart' if folder == '.' else folder}/{_RANK.sub('', xml.stem)}"
 
 
+def _keep_worst(seen: dict[str, str], tid: str, now: str) -> None:
+    if _WORSE[now] >= _WORSE.get(seen.get(tid, "skipped"), 0):
+        seen[tid] = now
+
+
+def cases(xml: Path) -> dict[str, str]:
+    """id -> outcome in one JUnit XML file (failed beats passed beats skipped); ET.ParseError if unreadable."""
+    seen: dict[str, str] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        _keep_worst(seen, test_id(case.get("classname", ""), case.get("name", "")), _outcome(case))
+    return seen
+
+
 def outcomes(xmls: list[Path], root: Path) -> dict[str, dict[str, str]]:
-    """stage -> id -> outcome over the stage's ranks (failed beats passed beats skipped)."""
+    """stage -> id -> outcome over the stage's ranks."""
     found: dict[str, dict[str, str]] = defaultdict(dict)
     for xml in xmls:
         try:
-            cases = list(ET.parse(xml).getroot().iter("testcase"))
+            per_rank = cases(xml)
         except ET.ParseError as exc:
             raise SystemExit(f"ledger: {xml}: {exc}") from exc
-        seen = found[stage_of(xml, root)]
-        for case in cases:
-            tid, now = test_id(case.get("classname", ""), case.get("name", "")), _outcome(case)
-            if _WORSE[now] >= _WORSE.get(seen.get(tid, "skipped"), 0):
-                seen[tid] = now
+        for tid, now in per_rank.items():
+            _keep_worst(found[stage_of(xml, root)], tid, now)
     return found
 
 
