@@ -39,7 +39,7 @@ printed only when that rank failed, crashed or the stage timed out.
 At the end a per-stage table is printed, followed by the aggregate counts as
 the very last line: ``N passed, N failed, N skipped``.  For an MPI stage a test
 counts once: failed if it failed/errored on any rank, passed if it passed on
-some rank and failed on none, skipped otherwise.  A rank that left no JUnit XML
+some rank and failed on none (an expected failure passes), skipped otherwise.  A rank that left no JUnit XML
 (crash, hang) and a stage that exited non-zero without any failed test each
 count as one failure.  The exit status is non-zero if any stage failed, timed
 out or was not run, if any test failed, or if no test ran at all.
