@@ -80,8 +80,9 @@ def outcomes(xmls: list[Path], root: Path) -> dict[str, dict[str, str]]:
             per_rank = cases(xml)
         except ET.ParseError as exc:
             raise SystemExit(f"ledger: {xml}: {exc}") from exc
+        seen = found[stage_of(xml, root)]
         for tid, now in per_rank.items():
-            _keep_worst(found[stage_of(xml, root)], tid, now)
+            _keep_worst(seen, tid, now)
     return found
 
 
