@@ -437,7 +437,7 @@ def test_preemptible_template_cancelled_leaves_no_requeue_request(job_dir):
     assert rc != 0, out  # the job was cancelled
     assert sorted(_stopped_steps(out, "SIGTERM")) == [0, 1, 2, 3] and "requeue requested" in out, out
     assert (job_dir / "ckpt" / "state.h5").is_file()
-    assert not list(job_dir.glob("requeue-*")) and "requeued job" not in out, out
+    assert not list(job_dir.glob("requeue-*")) and "requeueing job" not in out, out
 
 
 @needs_cluster
@@ -447,7 +447,7 @@ def test_preemptible_template_requeues_and_resumes(job_dir):
     assert rc == 0, out
     stopped = _stopped_steps(out)
     assert sorted(stopped) == [0, 1, 2, 3] and len(set(stopped.values())) == 1, out
-    assert f"requeued job {job_id}" in out and f"job {job_id}, restart 1" in out, out
+    assert f"requeueing job {job_id}" in out and f"job {job_id}, restart 1" in out, out
     assert f"resuming from ckpt/state.h5 at step {stopped[0]}" in out, out
     assert sorted(int(r) for r in re.findall(r"rank (\d+): finished 300 steps", out)) == [0, 1, 2, 3], out
     assert not list(job_dir.glob("requeue-*"))
