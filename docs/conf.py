@@ -54,7 +54,7 @@ html_css_files = ["custom.css"]  # a wider body: code blocks of ~110 columns fit
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 5,
+    "header_links_before_dropdown": 4,
     "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],

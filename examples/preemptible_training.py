@@ -19,7 +19,7 @@ import numpy as np
 
 import hpc_c10d as dist
 from hpc_c10d import checkpoint
-from hpc_c10d.preemption import Preemption
+from hpc_c10d.job import Preemption
 
 SIZE = 16  # parameters
 

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(rest)
     if args.command == "trace":
-        from .trace_report import main as trace_main
+        from .diagnostics.trace_report import main as trace_main
 
         return trace_main(rest)
     if args.command is None:

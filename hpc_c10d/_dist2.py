@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Protocol
 
-from ._state import _world
 from .backend import BackendConfig
 from .mpi import bootstrap
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp
+from .state import _world
 
 __all__ = ["ProcessGroup", "ReduceOp", "ProcessGroupFactory", "register_backend", "new_group",
            "current_process_group", "process_group"]

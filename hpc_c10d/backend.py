@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 from typing import Any, Callable
 
-from ._extras import gpu_install_hint
+from .extras import gpu_install_hint
 __all__ = ["Backend", "BackendConfig", "transport_factory", "is_backend_available"]
 
 _FORMAT_HINT = "expected '<device>:<backend>[,<device>:<backend>...]', e.g. 'cpu:mpi,cuda:nccl'"

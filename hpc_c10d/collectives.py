@@ -11,9 +11,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ._state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp
+from .state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .work import Work, combine_works
 
 __all__ = [

@@ -5,15 +5,15 @@ Code that imports names from ``torch.distributed.distributed_c10d`` can import t
 
 from typing import NewType
 
-from ._state import GroupMember, _world, group  # noqa: F401 - _world: torch code reads it
 from .backend import Backend, BackendConfig, is_backend_available
+from .state import GroupMember, _world, group  # noqa: F401 - _world: torch code reads it
 from .collectives import (  # noqa: F401 - the _base aliases stay importable, as in torch
     _all_gather_base, _reduce_scatter_base, all_gather, all_gather_coalesced,
     all_gather_into_tensor, all_gather_single, all_reduce, all_reduce_coalesced, all_to_all, all_to_all_single,
     barrier, broadcast, gather, gather_into_tensor, gather_single, reduce, reduce_scatter, reduce_scatter_single,
     reduce_scatter_tensor, scatter,
 )
-from .debug import DebugLevel, get_debug_level
+from .diagnostics.debug import DebugLevel, get_debug_level
 from .groups import (
     get_global_rank, get_group_rank, get_process_group_ranks, new_group, new_subgroups,
     new_subgroups_by_enumeration, split_group,
@@ -25,7 +25,7 @@ from .lifecycle import (  # noqa: F401 - _get_default_group/_get_default_store: 
     is_mpi_available, is_nccl_available, is_torchelastic_launched, is_ucc_available,
     is_xccl_available, set_timeout, supports_complex,
 )
-from .monitored_barrier import monitored_barrier
+from .diagnostics.monitored_barrier import monitored_barrier
 from .object_collectives import (
     all_gather_object, broadcast_object_list, gather_object, recv_object_list,
     scatter_object_list, send_object_list,

@@ -13,10 +13,10 @@ import operator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
-from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import BackendConfig
 from .lifecycle import instrument
 from .process_group import ProcessGroup
+from .state import GroupMember, _world, default_group, resolve_group
 from .timeouts import check_timeout
 
 if TYPE_CHECKING:

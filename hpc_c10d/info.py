@@ -8,8 +8,8 @@ import platform
 import socket
 from typing import Any
 
-from . import jobenv, threads
-from ._extras import gpu_install_hint
+from .extras import gpu_install_hint
+from .job import jobenv, threads
 
 __all__ = ["versions", "nccl_library", "rank_layout", "main"]
 
@@ -75,9 +75,9 @@ def rank_layout() -> list[dict[str, Any]]:
 def main() -> int:
     """Print the report on rank 0; every rank of the job must run it."""
     from . import distributed_c10d as dist
-    from ._state import _world
     from .mpi import bootstrap
-    from .torch._rendezvous import env_store
+    from .state import _world
+    from .torch.rendezvous import env_store
 
     dist.init_process_group()
     layout = rank_layout()

@@ -9,15 +9,16 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from . import fingerprints, flight_recorder, jobenv, logs, threads, watchdog
-from ._state import GroupMember, _world, default_group, resolve_group
 from .backend import Backend, BackendConfig, is_backend_available
+from .diagnostics import fingerprints, flight_recorder, logs, watchdog
 from .errors import DistError
+from .job import jobenv, threads
 from .mpi import bootstrap
 from .mpi.progress import progress
 from .nccl import device as nccl_device
 from .process_group import ProcessGroup
 from .reduce_op import RedOpType
+from .state import GroupMember, _world, default_group, resolve_group
 from .store import MPIStore, Store
 from .timeouts import check_timeout, default_pg_timeout, require_timedelta, timeout_from_env
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._state import resolve_group, to_group_rank, warn_not_in_group
 from .process_group import ProcessGroup
+from .state import resolve_group, to_group_rank, warn_not_in_group
 
 __all__ = [
     "all_gather_object", "gather_object", "broadcast_object_list", "scatter_object_list",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._state import resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .process_group import ProcessGroup
+from .state import resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
 from .work import Work
 
 __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]

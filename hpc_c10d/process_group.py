@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
-from ._pg_api import TorchProcessGroupAPI
 from .arrays import device_type, plain_input, plain_output
 from .backend import BackendConfig, transport_factory
+from .pg_methods import TorchProcessGroupAPI
 from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
 

@@ -1,14 +1,10 @@
 """Going on without dead ranks: the error a lost process causes, and ``shrink_group``.
 
-Under ULFM (Open MPI 5, ``mpiexec --with-ft ulfm``) an operation that involves a dead rank fails
-with an MPI error instead of ending the job. The first such error on a group revokes its
-communicator, so every other member's call on it ends at once with an error too, and the
-survivors shrink it together: ULFM's shrink is their agreement on who died. Each survivor raises
-``ProcessFailedError`` naming those ranks; ``shrink_group(err.failed_ranks, group)`` then gives a
-group of the survivors (the shrunk communicator itself, no further exchange) and drops the old one.
-
-Without a failure (any MPI) the ranks that stay build the new group among themselves
-(``Comm.Create_group``), so a rank that hangs, or that the job no longer wants, can be left behind.
+Under ULFM the first error that involves a dead rank revokes the group's communicator and the
+survivors shrink it, so each raises ``ProcessFailedError`` naming the same ranks;
+``shrink_group(err.failed_ranks, group)`` then gives the survivors' group. Without a failure (any
+MPI) the ranks that stay build it among themselves (``Comm.Create_group``). Design:
+docs/architecture.md, "Surviving failures".
 """
 
 from __future__ import annotations
@@ -16,11 +12,11 @@ from __future__ import annotations
 import zlib
 from typing import Any, cast
 
-from . import watchdog
-from ._state import _world, resolve_group
+from .diagnostics import watchdog
 from .lifecycle import _start_watchdog, instrument
 from .mpi import bootstrap, ulfm
 from .process_group import ProcessGroup
+from .state import _world, resolve_group
 from .store import MPIStore
 
 __all__ = ["SHRINK_DEFAULT", "SHRINK_ABORT", "shrink_group", "survivors_communicator", "retire", "drop"]

@@ -12,7 +12,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from ._env import non_negative
+from .settings import non_negative
 
 __all__ = ["TIMEOUT_ENV", "default_pg_timeout", "timeout_from_env", "check_timeout", "require_timedelta"]
 

@@ -4,10 +4,7 @@ against one process writing and reading the whole global float64 array with plai
 and ``torch.distributed.checkpoint`` (DCP) saving and loading the slabs in place.
 
 With ``--device cuda`` the slabs are CUDA arrays (torch tensors where torch is installed, else
-cupy), saved from and loaded back into the GPU; plain h5py still writes from the host, as a
-baseline of the file system. Rounds interleave the implementations; times include opening,
-writing and closing the file (and the rename). The page cache is not dropped, so all see the same
-cache: point ``--dir`` at the file system the jobs write to.
+cupy). What the times include: docs/architecture.md, "The bench".
 """
 
 from __future__ import annotations

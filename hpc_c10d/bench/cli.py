@@ -219,7 +219,7 @@ def _run_in_job(args: argparse.Namespace) -> int:
 
 def _run_startup(args: argparse.Namespace) -> int:
     """The start-up sweep, from one process outside MPI (or one rank of a job it launched)."""
-    from ..jobenv import detect
+    from ..job.jobenv import detect
     from .startup import child, sweep
 
     if args.child:

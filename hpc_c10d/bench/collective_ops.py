@@ -4,8 +4,7 @@ torch.distributed.
 
 Sizes follow nccl-tests: ``count`` is the element count of the operation's largest buffer (the
 gathered output of all_gather, the input of reduce_scatter), and chunked operations split it into
-one equal chunk per rank. Root is rank 0. Calls are ``functools.partial`` objects built once per
-size, so the timed loop is nothing but the library call.
+one equal chunk per rank. Root is rank 0. Design: docs/architecture.md, "The bench".
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ def direct_step(op_name: str, inp: Any, out: Any, member: str) -> Callable[[], A
     in place); NotImplementedError for the list forms, gather, scatter and barrier."""
     import cupy
 
-    from .._state import default_group
     from ..nccl.backend import NCCLBackend
     from ..nccl.buffers import as_device_buffer
     from ..nccl.dtypes import BYTES, nccl_reduction
     from ..reduce_op import RedOpType
+    from ..state import default_group
 
     if op_name not in ("all_reduce", "reduce", "reduce_scatter", *_MOVING):
         raise NotImplementedError(f"the direct NCCL comparison has no {op_name}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from .._extras import install_hint
+from ..extras import install_hint
 
 __all__ = ["unimportable"]
 

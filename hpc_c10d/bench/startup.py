@@ -3,9 +3,7 @@
 key (which waits for it) and an ``add`` to one shared counter.
 
 The sweep runs outside MPI and starts every job itself (``mpiexec``, or ``srun`` inside an
-allocation). hpc_c10d starts MPI inside ``init_process_group``, so its time includes ``MPI_Init``;
-torch runs its default ``env://`` rendezvous: a TCPStore served by rank 0 at ``MASTER_ADDR``.
-Imports (torch's takes seconds) happen before the clock starts, on both sides.
+allocation). What each side's time includes: docs/architecture.md, "The bench".
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ def _torch() -> tuple[Any, Callable[[], tuple[int, int]], Callable[[], object]]:
     import torch
     import torch.distributed as tdist
 
-    from ..jobenv import detect
+    from ..job.jobenv import detect
 
     job = detect()
     torch.set_num_threads(1)

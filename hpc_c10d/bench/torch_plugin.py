@@ -74,7 +74,7 @@ def run_method(bench: Sweep, tdist: Any) -> list[Record]:
     import torch
     from mpi4py import MPI
 
-    from ..torch._process_group import hpc_backend
+    from ..torch.process_group import hpc_backend
 
     data = np.ones(2, np.float32)
     tensor = torch.from_numpy(data)

@@ -22,10 +22,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .._state import resolve_group
 from ..arrays import bfloat16
 from ..errors import DistError
-from .._extras import install_hint
+from ..extras import install_hint
+from ..state import resolve_group
 from . import host
 from .layout import SCALAR_TYPES, Leaf, Shard, agree, leaves, storage_dtype
 

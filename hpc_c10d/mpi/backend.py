@@ -1,14 +1,10 @@
 """``MPIBackend``: every collective and point-to-point operation on numpy buffers over mpi4py.
 
-Blocking calls use MPI's blocking collectives; ``async_op=True`` uses the MPI-3 nonblocking
-ones and returns a ``Work`` that keeps every buffer alive until completion. ``all_gather`` into
-a list, ``gather`` and ``scatter`` move small messages through a kept staging buffer
-(``staging.py``) and larger ones where the list's blocks lie (``scattered.py``); so does
-``all_to_all`` between lists, always one ``Alltoallw`` (over the blocks' byte offsets, or over a
-staging buffer where outputs overlap inputs or each other). ``reduce_scatter`` from a list reads
-one contiguous buffer (a reduction takes nothing else): a view when the blocks lie back to back,
-else a kept staging buffer. Where blocks cannot be taken as they lie (overlapping, over 2 GiB
-apart), the ``v`` variants move a kept staging buffer too.
+Blocking calls use MPI's blocking collectives; ``async_op=True`` the nonblocking ones, with a
+``Work`` that keeps every buffer alive. List collectives stage small messages (``staging.py``) and
+take larger ones where the blocks lie (``scattered.py``); ``reduce_scatter`` from a list reads one
+contiguous buffer (a reduction takes nothing else): a view when the blocks lie back to back, else
+a kept staging buffer. Design: docs/architecture.md, "Decisions" (List-shaped collectives).
 """
 
 from __future__ import annotations

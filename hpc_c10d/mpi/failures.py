@@ -1,15 +1,9 @@
 """MPI errors inside an operation, as ``DistBackendError`` naming the rank, the operation and the cause.
 
-Our communicators return MPI's errors (``MPI.ERRORS_RETURN``, set in ``init_process_group``), so
-mpi4py raises ``MPI.Exception`` and ``MPIBackend`` turns it into the error made here, where it
-calls MPI. Inside a collective such an error almost always means the ranks called it with
-different arguments, which MPI notices only where a receive is too small for what arrives or
-where its algorithm compares sizes. Some never get here: MPICH ends the job itself when a
-message is truncated in a collective's internal exchange (MPIC_Sendrecv makes the error fatal).
-
-Under ULFM (``mpi/ulfm.py``) an error that means a rank died becomes ``ProcessFailedError``: the
-first on a group revokes and shrinks its communicator, so all survivors raise it, naming the
-same dead ranks (``hpc_c10d.shrink`` builds the survivors' group from that).
+Our communicators return MPI's errors (``MPI.ERRORS_RETURN``) and ``MPIBackend`` turns each into
+the error made here; one that a disagreement between ranks can cause carries the ``DETAIL`` hint.
+Under ULFM an error that means a rank died becomes ``ProcessFailedError``, the same on every
+survivor. Design: docs/architecture.md, "Decisions" (MPI is the world), "Surviving failures".
 """
 
 from __future__ import annotations
@@ -20,9 +14,9 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-from .. import debug, flight_recorder
-from .._state import _world
+from ..diagnostics import debug, flight_recorder
 from ..errors import DistBackendError, ProcessFailedError
+from ..state import _world
 from . import ulfm
 
 __all__ = ["mpi_failure", "failure_of", "short_receive", "Loss", "losses", "loss_of"]

@@ -1,37 +1,10 @@
 """A light thread that lets MPI serve other ranks' one-sided requests while this rank computes.
 
-Passive-target RMA (what MPIStore uses) needs the target process to enter the MPI library
-whenever the data path is not plain shared memory: between nodes, or on one node with
-``MPIR_CVAR_NOLOCAL=1``. A rank busy in pure Python would stall every store operation aimed
-at it. MPIStore starts this thread only where some rank reaches a shard over the network; on
-one node (every shard shared memory) there is none.
-
-Every ``interval`` seconds the thread makes one cheap MPI call that drives the progress engine
-(``Iprobe`` on a private communicator). It sleeps in between in ``poll()`` on the process's epoll
-sets, among them the MPI library's where it has one (libfabric's TCP provider, which MPICH uses
-over Ethernet), so a request arriving wakes it at once instead of at the next tick. Unlike
-``MPIR_CVAR_ASYNC_PROGRESS`` it never spins (MPICH's thread takes a whole core).
-
-A Python thread needs the GIL to wake, and a rank computing in pure Python hands it over only
-every ``sys.getswitchinterval()`` (5 ms by default): an operation of four round trips would wait
-20 ms. So while requests keep arriving the thread lowers the switch interval to
-``SWITCH_INTERVAL`` (0.1 ms) and puts the old value back after ``QUIET`` seconds without one.
-Programs that never receive store traffic never see the change.
-
-While the rank drives MPI itself the thread stays out of its way: ``progress.activity()`` counts
-what the rank started (hpc_c10d points it at its groups' sequence numbers), and a wake-up that
-finds it moved doubles a plain sleep (up to ``BUSY_INTERVAL``) instead of probing, and gives
-Python's switch interval back. After a move the rank is taken to be inside its operation for as
-long as the count last took to move (between ``_IN_CALLS`` and ``BUSY_INTERVAL``; only
-``_IN_CALLS`` after a quiet stretch, so a store request that follows a lone barrier is not held
-back): one long all-reduce moves the count once but keeps MPI's descriptors ready throughout,
-and probing beside it cost 15-20% at 8-16 MiB across nodes. A probe that leaves data unread (the
-rank's own transfer) is not repeated before ``interval``. Once the rank stops calling, the
-thread goes back to waiting on the descriptors: a store operation aimed at a rank that has just
-left its collectives waits at most about 2 x ``BUSY_INTERVAL``.
-
-Configure with ``HPC_C10D_STORE_PROGRESS_INTERVAL`` (seconds, default 0.002; 0 turns the thread
-off) and ``HPC_C10D_STORE_SWITCH_INTERVAL`` (seconds, default 0.0001; 0 leaves Python's alone).
+MPIStore starts it only where some shard is reached over the network. It sleeps in ``poll()`` on
+the process's epoll sets and drives MPI with an ``Iprobe`` when a request arrives (or every
+``HPC_C10D_STORE_PROGRESS_INTERVAL``), lowers Python's switch interval while requests keep coming,
+and backs off while the rank drives MPI itself (``activity``). Design and measurements:
+docs/architecture.md, "Stores" (Progress).
 """
 
 from __future__ import annotations
@@ -45,7 +18,7 @@ import time
 import warnings
 from typing import Any, Callable
 
-from .._env import non_negative
+from ..settings import non_negative
 
 __all__ = ["INTERVAL_ENV", "SWITCH_ENV", "DEFAULT_INTERVAL", "BUSY_INTERVAL", "SWITCH_INTERVAL", "QUIET",
            "interval_from_env", "event_descriptors", "ProgressThread", "progress"]

@@ -1,15 +1,9 @@
 """A list of separately allocated arrays as one MPI message, read or written where the arrays lie.
 
-The list collectives (``all_gather`` into a list, ``gather``, ``scatter``) move one block of
-equal size per rank, and torch code allocates those blocks one by one
-(``[torch.empty_like(t) for _ in range(world_size)]``). Rather than staging them through one
-buffer and copying, the message is a buffer from the lowest block to the end of the highest,
-with one element per rank of a datatype that is the block (``n`` elements) resized to an extent
-of one byte, at displacements that are the blocks' byte offsets; MPI then reads or writes every
-block in place. Measured with the MPICH wheel, 2 ranks: an all_gather of two 1 MiB blocks took
-188 µs this way, as long as the plain ``Allgather`` into one buffer, against 360 µs staged
-through a copy. (Displacements are C ints in Open MPI 5, which has no large-count calls:
-blocks more than 2 GiB apart are staged.)
+The message is a buffer from the lowest block to the end of the highest, with one element per rank
+of the block's datatype resized to a one-byte extent, at the blocks' byte offsets, so MPI reads or
+writes every block in place. Why, the limits and the measurements: docs/architecture.md,
+"Decisions" (List-shaped collectives).
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Kept staging buffers: small list collectives move one contiguous buffer and copy per block.
 
-``all_gather`` into a list, ``gather`` and ``scatter`` can read and write separately allocated
-blocks where they lie (``scattered.py``), but for small messages finding out where they lie (an
-address per block, a cache lookup) and MPICH's ``v`` collectives with a derived datatype cost
-more than the plain collective on one buffer plus a copy per block. Measured with
-``bench collectives --compare``, MPICH wheel, 2 ranks, float32, separately allocated blocks
-(µs, in place / staged): all_gather 8 B 5.06 / 5.18, 8 KiB 6.54 / 5.79, 32 KiB 13.79 / 12.10,
-256 KiB 42.45 / 42.96; gather 8 B 5.02 / 4.68, 128 KiB 13.49 / 15.80. Up to
-``STAGE_MAX_BYTES`` in all, ``all_gather`` and ``gather`` stage; above, they take the blocks
-where they lie. ``scatter`` stages only up to ``SEND_STAGE_MAX_BYTES``: MPICH's shared-memory
-path reads a send buffer written just before the call slowly, so the copy costs more than it
-saves sooner (8 B 4.15 / 3.73, 2 KiB 4.24 / 3.87, 8 KiB 4.91 / 5.69, 32 KiB 9.60 / 17.89).
-``reduce_scatter`` from a list copies its blocks together into a kept buffer at any size (a
-reduction reads one contiguous buffer of a basic type) unless they lie back to back; so do the
-list collectives whose blocks cannot be taken as they lie (``pack``, ``landing_for``).
-
-A staging buffer is taken from a free list per (dtype, block shape, block count) and given
-back when its operation completes (an asynchronous one keeps it until then), so a call
-allocates nothing once the list has one. The free lists hold at most 256 MiB in all: a buffer
-given back past that is dropped, and the next call of its size allocates again.
+Up to ``STAGE_MAX_BYTES`` in all, ``all_gather`` into a list and ``gather`` stage (``scatter`` up to
+``SEND_STAGE_MAX_BYTES``); ``reduce_scatter`` from a list whose blocks are not back to back, and
+lists whose blocks cannot be taken as they lie, stage at any size (``pack``, ``landing_for``). A
+buffer comes from a free list per (dtype, block shape, block count) and goes back when its operation
+completes (256 MiB kept at most). Why, and the measurements: docs/architecture.md, "Decisions".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """ULFM, MPI's fault tolerance: which errors mean a process died, and what survivors can do then.
 
-Open MPI 5 started with ``mpiexec --with-ft ulfm`` reports a dead process as an error
+Open MPI 5 under ``mpiexec --with-ft ulfm`` reports a dead process as an error
 (``MPI_ERR_PROC_FAILED``) instead of ending the job, and lets the survivors revoke a communicator
-(every call on it, pending or later, fails with ``MPI_ERR_REVOKED`` on every rank) and shrink it
-(a new communicator of the processes still alive, agreed on by all of them). Other MPI libraries
-(the ``mpich`` wheel) end the job when a process dies; mpi4py's ``Revoke`` raises
-NotImplementedError there.
+and shrink it; other MPI libraries (the ``mpich`` wheel) end the job, and mpi4py's ``Revoke``
+raises NotImplementedError there. Design: docs/architecture.md, "Surviving failures".
 """
 
 from __future__ import annotations

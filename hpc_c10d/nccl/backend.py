@@ -1,15 +1,9 @@
 """``NCCLBackend``: every collective and point-to-point operation on GPU arrays, over NCCL.
 
-Stream semantics are ProcessGroupNCCL's. An operation records an event on the caller's
-current stream (torch's or cupy's), makes the communicator's own stream wait for it, runs
-there, and records a second event. A blocking call then makes the caller's stream wait for
-that event and returns at once: the host never blocks. ``async_op=True`` hands back a
-``CUDAWork`` instead, and its ``wait()`` does the same.
-
-Communicators are created on a group's first GPU collective, or eagerly when a device is
-bound. Point-to-point operations use the group's communicator once it exists. Before that,
-a send or receive gets a two-rank communicator with its peer (as torch does), so it involves
-nobody else.
+Stream semantics are ProcessGroupNCCL's: the communicator's stream waits for the caller's, runs
+the operation and records an event that the caller's stream then waits for (blocking) or a
+``CUDAWork`` holds (``async_op=True``); the host never blocks. Communicators are made on first use
+or when a device is bound. Design: docs/architecture.md, "NCCL transport".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """NCCL communicators bootstrapped over MPI: no TCP store, no MASTER_ADDR.
 
-The group's rank 0 asks NCCL for a unique ID, MPI broadcasts its 128 bytes over the group's
-communicator and every member joins with ``ncclCommInitRank``. A subgroup created while its
-parent's communicator exists is split from it (``ncclCommSplit``, NCCL >= 2.18), which reuses
-the parent's topology work; otherwise it gets a fresh ID of its own.
-
-Before any rank enters NCCL, the members compare notes over MPI (does each have a GPU, which
-physical GPU is it): if one cannot join, every rank raises the same error instead of the
-others hanging in ``ncclCommInitRank``.
+The group's rank 0 gets a unique ID, MPI broadcasts it and every member joins
+(``ncclCommInitRank``); a subgroup whose parent has a communicator is split from it. Before any
+rank enters NCCL the members check over MPI that each can join, so all raise the same error
+instead of some hanging. Design: docs/architecture.md, "NCCL transport".
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .._extras import gpu_install_hint
 from ..errors import DistBackendError
+from ..extras import gpu_install_hint
 from .buffers import DeviceBuffer
 
 __all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "wait_for_event", "device_guard",

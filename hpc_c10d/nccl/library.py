@@ -1,17 +1,9 @@
 """A thin ctypes layer over the NCCL shared library (``libnccl.so.2``).
 
-Why ctypes and not ``cupy.cuda.nccl``: CuPy's binding has no ``ncclCommSplit``, no
-``ncclCommInitRankConfig`` (so no nonblocking init), no ``ncclRedOpCreatePreMulSum`` and no
-bfloat16 type, and it ties the NCCL version to the CuPy build. The C API is small and stable,
-so we bind the calls we use directly, on whichever ``libnccl`` the job has:
-
-1. ``HPC_C10D_NCCL_LIBRARY`` (a path, e.g. a site or Spack NCCL);
-2. the ``nvidia-nccl-cu13`` / ``nvidia-nccl-cu12`` wheel (what our ``cuda13``/``cuda12`` extras
-   and torch's CUDA wheels install);
-3. ``libnccl.so.2`` on the loader's search path.
-
-The library loads without a GPU: ``ncclGetVersion`` and ``ncclGetUniqueId`` work on CPU
-nodes, which is how the MPI exchange of unique IDs is tested there.
+ctypes rather than ``cupy.cuda.nccl``, which lacks calls and types this transport needs. The
+library is the first found of ``HPC_C10D_NCCL_LIBRARY``, the ``nvidia-nccl-cu13``/``-cu12``
+wheel and the loader's path, and it loads without a GPU. Why and how: docs/architecture.md,
+"NCCL transport"; docs/gpus.md, "Which NCCL library".
 """
 
 from __future__ import annotations
@@ -22,8 +14,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from .._extras import gpu_install_hint
 from ..errors import DistBackendError
+from ..extras import gpu_install_hint
 
 __all__ = ["LIBRARY_ENV", "UNIQUE_ID_BYTES", "SPLIT_NOCOLOR", "DataType", "RedOp", "Nccl", "load", "available"]
 

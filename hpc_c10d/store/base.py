@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from ..diagnostics import flight_recorder
+
 __all__ = ["Store", "DEFAULT_TIMEOUT", "as_key", "as_keys", "as_value", "as_amount", "as_timeout"]
 
 #: torch's default store timeout.
@@ -52,6 +54,10 @@ class Store:
     """Base class of every key-value store; subclass it to plug in your own."""
 
     _timeout: timedelta = DEFAULT_TIMEOUT
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        flight_recorder.track_store(cls)  # a rank blocked in its wait/get shows in hang reports
 
     def __init__(self, timeout: timedelta = DEFAULT_TIMEOUT) -> None:
         self._timeout = as_timeout(timeout)

@@ -1,7 +1,7 @@
 """MPIStore: the default store, kept in the job's own memory through MPI one-sided communication.
 
 No server and no port: each rank of the communicator owns a shard of a hash table in an
-MPI-3 RMA window (``hpc_c10d.mpi.rma_table``) and every rank reads and updates any shard
+MPI-3 RMA window (``rma_table.py``) and every rank reads and updates any shard
 directly. A light progress thread (``hpc_c10d.mpi.progress``) keeps requests moving while the
 owner of a shard computes without calling MPI.
 """
@@ -19,9 +19,10 @@ from typing import Any, TypeVar
 from ..errors import DistStoreError
 from ..mpi import bootstrap, ulfm
 from ..mpi.progress import interval_from_env, progress
-from .base import DEFAULT_TIMEOUT, as_amount, as_key, as_timeout
 from ..process_group import ProcessGroup
+from .base import DEFAULT_TIMEOUT, as_amount, as_key, as_timeout
 from .key_value import KeyValueStore
+from .rma_table import ShardedTable
 
 __all__ = ["MPIStore", "CAPACITY_ENV", "MAX_KEYS_ENV", "DEFAULT_CAPACITY", "DEFAULT_MAX_KEYS"]
 
@@ -112,7 +113,6 @@ class MPIStore(KeyValueStore):
             raise ValueError("MPIStore: (capacity, max_keys, progress interval) differ between ranks: "
                              f"{sorted(set(every))}")
         capacity, max_keys, interval = settings
-        from ..mpi.rma_table import ShardedTable  # late: the table builds on key_value
 
         self._comm, self._ranks = base.Dup(), base.Get_size()
         self._table: ShardedTable | _ClosedTable = ShardedTable(MPI, self._comm, capacity, max_keys)

@@ -1,20 +1,10 @@
 """The pytest plugin for distributed tests under ``mpiexec``: one verdict per test, a time limit.
 
-Installed as a pytest entry point and inert unless asked for, with ``--hpc-c10d`` (or the ini
-setting ``hpc_c10d = true``); ``-p hpc_c10d.testing.pytest_plugin`` loads it where plugin
-autoloading is off. Then, on every rank of ``mpiexec -n N python -m pytest --hpc-c10d``:
-
-* the ranks check that they collected the same tests;
-* after each phase of each test they agree on its outcome (``verdict.py``): a test that failed on
-  rank 3 fails on every rank, and the report names rank 3 and shows its traceback;
-* each test has a time limit (``--hpc-c10d-time-limit``, the ``time_limit`` marker): a test past it
-  fails with the flight recorder's "who is where" report (``time_limit.py``), and the run goes on
-  with a fresh default group, or, where MPI cannot free the blocked rank, ends: then rank 0 still
-  gives pytest's whole report (every failure, the ``-r`` summary, ``--junitxml``), the tests not run
-  reported skipped, "not run: the run ended at <test>";
-* only rank 0 prints (``--hpc-c10d-every-rank`` keeps every rank's output);
-* fixtures: ``dist_world``, ``dist_rank``, ``dist_world_size``, ``dist_new_group``, ``dist_store``,
-  ``rank_tmp_path``, ``shared_tmp_path``; the marker ``world_size`` skips a test at other sizes.
+Inert unless asked for (``--hpc-c10d``, the ini setting ``hpc_c10d = true``, or ``-p
+hpc_c10d.testing.pytest_plugin``). Then the ranks check they collected the same tests, agree on
+each phase's outcome (``verdict.py``), hold each test to its time limit (``time_limit.py``), print
+on rank 0 only, and get the fixtures and markers. Use: docs/testing_your_code.md; design:
+docs/architecture.md, "The testing kit".
 """
 
 from __future__ import annotations
@@ -82,7 +72,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]
 
 
 def _kit_off_warning(skipped: int) -> str:
-    from .. import jobenv
+    from ..job import jobenv
 
     line = (f"hpc_c10d: {skipped} test(s) skipped, not run: they need the testing kit, which is off; "
             "run pytest with --hpc-c10d")
@@ -392,7 +382,7 @@ class DistributedRun:
 def dist_world(request: pytest.FixtureRequest) -> Any:
     """The default process group (made once per run, afresh after a test past its time limit)."""
     _the_run(request.config).ensure_world()
-    from .._state import GroupMember
+    from ..state import GroupMember
 
     return GroupMember.WORLD
 
@@ -428,7 +418,7 @@ def dist_new_group(dist_world: Any) -> Iterator[Callable[..., Any]]:
         return group
 
     yield make
-    from .._state import _world
+    from ..state import _world
 
     if _world.default_pg is world:  # not made afresh meanwhile (its groups are gone then)
         for group in reversed(made):

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..trace_report import rank_ranges
+from ..diagnostics.trace_report import rank_ranges
 
 __all__ = ["assert_same_on_ranks"]
 
@@ -51,8 +51,8 @@ def assert_same_on_ranks(value: Any, group: Any = None, *, rtol: float = 0.0, at
     (within ``rtol``/``atol`` for floating point; NaNs equal), anything else by ``==``.
     Collective: every rank of the group must call it."""
     __tracebackhide__ = True  # pytest: the report ends at the caller's line
-    from ..object_collectives import all_gather_object
     from ..lifecycle import get_world_size
+    from ..object_collectives import all_gather_object
 
     gathered: list[Any] = [None] * get_world_size(group)
     all_gather_object(gathered, _portable(value), group=group)

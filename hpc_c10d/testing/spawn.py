@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..trace_report import rank_ranges
+from ..diagnostics.trace_report import rank_ranges
 
 __all__ = ["run_at_world_size", "main"]
 

@@ -1,15 +1,9 @@
 """The per-test time limit: a thread that frees, or stands in for, a test stuck past its limit.
 
-When a phase (setup, call, teardown) of a test is still running at its deadline, the thread
-records what the main thread is inside (``flight_recorder``) and a snapshot for the "who is
-where" report, then, in order, until the main thread comes back to pytest:
-
-1. raises ``TimeLimitExceeded`` in the main thread: enough when it runs Python (a ``Work.wait``
-   with a timeout, a store wait, a loop);
-2. revokes every group's communicator where the MPI library supports it (ULFM: Open MPI 5 under
-   ``mpiexec --with-ft ulfm``), which ends a blocking MPI call on every rank with an error;
-3. otherwise the main thread is blocked inside MPI for good: ``on_stuck`` is called from this
-   thread, to take the main thread's part in the verdict and end the run.
+At a phase's deadline it records the "who is where" snapshot, then, until the main thread comes
+back to pytest: raises ``TimeLimitExceeded`` there (enough for Python code), revokes the groups'
+communicators under ULFM (ends a blocking MPI call), else calls ``on_stuck`` to take the main
+thread's part in the verdict and end the run. Design: docs/architecture.md, "The testing kit".
 """
 
 from __future__ import annotations
@@ -24,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import flight_recorder
-from .._state import _world
+from ..diagnostics import flight_recorder
+from ..diagnostics.watchdog import raise_in
 from ..mpi import ulfm
-from ..watchdog import raise_in
+from ..state import _world
 
 __all__ = ["TimeLimitExceeded", "Expiry", "TimeLimit"]
 

@@ -1,12 +1,9 @@
 """One verdict per test phase across ranks: every rank says how its phase went, all agree.
 
-The exchanges run on the testing kit's own communicator (a duplicate of ``COMM_WORLD``), so the
-tests' traffic never mixes in. First four integers per rank: outcome, timed out, stuck, 0. Only
-when some ranks failed or skipped and others did not, a second exchange of pickled objects: the
-failing ranks' reports (after a time limit, every rank's flight-recorder snapshot as well), or the
-skip reasons. The agreed outcome is ``failed`` if any rank failed, else ``skipped`` if any rank
-skipped (the test cannot run without that rank), else ``passed``. Every rank builds the same
-report from what it got.
+On the testing kit's own communicator: four integers per rank, then, only when a rank failed or
+some but not all skipped, the failing ranks' reports or the skip reasons. Failed if any rank
+failed, else skipped if any skipped, else passed; every rank builds the same report. Design:
+docs/architecture.md, "The testing kit".
 """
 
 from __future__ import annotations
@@ -17,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import flight_recorder
-from ..trace_report import rank_ranges, summarize
+from ..diagnostics import flight_recorder
+from ..diagnostics.trace_report import rank_ranges, summarize
 
 __all__ = ["PASSED", "SKIPPED", "FAILED", "RankOutcome", "Verdict", "agree", "poll"]
 

@@ -16,9 +16,9 @@ from typing import Any
 __all__ = ["BACKEND_NAME", "SUPPORTED_TORCH", "ProcessGroupHPC", "TorchMPIStore", "hpc_backend", "register"]
 
 _HOMES = {
-    "BACKEND_NAME": "_registration", "register": "_registration", "ProcessGroupHPC": "_process_group",
-    "hpc_backend": "_process_group",
-    "TorchMPIStore": "_store", "SUPPORTED_TORCH": "_version",
+    "BACKEND_NAME": "registration", "register": "registration", "ProcessGroupHPC": "process_group",
+    "hpc_backend": "process_group",
+    "TorchMPIStore": "store", "SUPPORTED_TORCH": "version",
 }
 
 
@@ -28,7 +28,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'hpc_c10d.torch' has no attribute {name!r}")
     import importlib
 
-    from ._version import require_supported_torch
+    from .version import require_supported_torch
 
     require_supported_torch()
     return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -158,7 +158,7 @@ def test_identity(world, rank, size):
     assert pg.rank() == rank and pg.size() == size
     assert pg.name() == dist.get_backend() and pg.group_name == "0"
     assert pg.comm.Get_size() == size
-    with pytest.raises(ValueError, match="exactly one array"):
+    with pytest.raises(ValueError, match="exactly one tensor per process"):
         pg.allreduce([np.zeros(1), np.zeros(1)])
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from support.launch import job_sizes, launch, mpiexec
-from hpc_c10d import threads
+from hpc_c10d.job import threads
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 PROGRAM = "tests/programs/thread_pools.py"

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from support.launch import outer_world_size
-from hpc_c10d.roll_call import RollCall, _ipv4_addresses
+from hpc_c10d.diagnostics.roll_call import RollCall, _ipv4_addresses
 
 pytestmark = pytest.mark.skipif(outer_world_size() > 1, reason="serial test")
 

@@ -5,7 +5,7 @@ test_watchdog.py and tests/torch_backend/test_torch_backend_hangs.py.
 """
 import pytest
 
-from hpc_c10d.trace_report import summarize
+from hpc_c10d.diagnostics.trace_report import summarize
 from support.fault_jobs import trace
 from support.launch import outer_world_size
 

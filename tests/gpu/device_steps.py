@@ -16,7 +16,8 @@ their time limits fit the budget together), "bench" (every number: speed's steps
 
 Under DIR: ``summary.txt`` (one line per step, ``STEP VERDICT SECONDS s DETAIL``, then a count),
 ``logs.tar.gz`` (every step's log) and what the benchmark steps write: their JSON, the plot, and
-``benchmarks-gpu.md``, docs/benchmarks.md's GPU section (tests/gpu/gpu_report.py). The whole run stops
+``benchmarks-gpu.md`` and ``targets-gpu.md`` (tests/gpu/gpu_report.py): docs/benchmarks.md's GPU
+section and the targets for docs/dev/measurements.md. The whole run stops
 starting steps once its budget (``--budget``) is spent; those steps end FAIL "not run".
 """
 from __future__ import annotations

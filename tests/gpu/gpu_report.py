@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The GPU section of docs/benchmarks.md, made from what the device run's bench steps wrote:
+"""The GPU section of docs/benchmarks.md and its engineering record, from the device run's bench JSON:
 
-    python tests/gpu/gpu_report.py OUT_DIR      # reads OUT_DIR/bench-*.json, writes OUT_DIR/benchmarks-gpu.md
+    python tests/gpu/gpu_report.py OUT_DIR      # reads OUT_DIR/bench-*.json, writes two files there
 
-It holds the machine (GPU, CUDA, NCCL), each bench's command and tables, the issues' targets
-with what was measured against each (met, missed, or not measured), and per op how much more
-host time a call takes through the plugin than on torch's "nccl".
+benchmarks-gpu.md (for the user page): each bench's command and tables, under one line with the
+date and the machine (GPU, CUDA, NCCL, torch). targets-gpu.md (for docs/dev/measurements.md): the
+issues' targets with what was measured against each (met, missed, or not measured), and per op
+how much more host time a call takes through the plugin than on torch's "nccl".
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from hpc_c10d.bench.report import Record, table
 from hpc_c10d.bench.sweep import TENSORS
 from hpc_c10d.bench.units import fmt_bytes
 
-REPORT = "benchmarks-gpu.md"
+REPORT, RECORD = "benchmarks-gpu.md", "targets-gpu.md"
 MiB = 1 << 20
 RUNS = re.compile(r"median of (\d+) runs")  # a merged record's note (tests/gpu/training_rounds.py)
 
@@ -138,29 +139,26 @@ def plugin_table(records: list[Record]) -> list[str]:
     return lines
 
 
-def report(out_dir: str) -> str:
-    """The Markdown section for the JSON files in ``out_dir``."""
+def report(out_dir: str) -> tuple[str, str]:
+    """The user page's Markdown section and the record's, for the JSON files in ``out_dir``."""
     loaded = [load(path) for path in sorted(glob.glob(os.path.join(out_dir, "bench-*.json")))]
     if not loaded:
-        return "## On a GPU\n\nNo GPU benchmark ran.\n"
-    metas = [meta for meta, _ in loaded]
-    gpu = next((m["gpu"] for m in metas if m.get("gpu")), "no GPU named")
-    lines = ["## On a GPU", "", f"Measured {metas[0]['date']} on {metas[0]['host']}: {gpu}; torch {metas[0]['torch']}, "
-             f"{metas[0].get('mpi_library', '')}, hpc_c10d {metas[0]['hpc_c10d']}. World size "
-             f"{metas[0]['ranks']}: per-call costs are host-side overheads and local copies. Made by "
-             "`tests/gpu/gpu_report.py` from the device run's JSON files.", "", "### Targets", "",
-             "| target | measured | |", "|---|---|---|"]
-    everything = [r for _, records in loaded for r in records]
-    lines += [v.row() for v in verdicts(everything)] + plugin_table(everything)
+        return "## On a GPU\n\nNo GPU benchmark ran.\n", "No GPU benchmark ran.\n"
+    lines = ["## On a GPU", ""]
     for meta, records in loaded:
-        lines += ["", f"`{meta['command']}`", table(records)]
+        machine = f"{meta.get('gpu') or 'no GPU named'}, torch {meta['torch']}, hpc_c10d {meta['hpc_c10d']}"
+        lines += [f"Measured on {meta['date'][:10]}, {machine}: `{meta['command']}`", "", table(records), ""]
     if os.path.exists(os.path.join(out_dir, "bench-gpu.png")):
         lines += ["![GPU collectives](img/bench-gpu.png)", ""]
-    return "\n".join(lines)
+    everything = [r for _, records in loaded for r in records]
+    meta = loaded[0][0]
+    record = [f"### Targets, {meta['date']} on {meta['host']}", "", "| target | measured | |", "|---|---|---|"]
+    record += [v.row() for v in verdicts(everything)] + plugin_table(everything)
+    return "\n".join(lines), "\n".join(record) + "\n"
 
 
 if __name__ == "__main__":
-    text = report(sys.argv[1])
-    with open(os.path.join(sys.argv[1], REPORT), "w") as f:
-        f.write(text)
-    print(text)
+    for name, text in zip((REPORT, RECORD), report(sys.argv[1])):
+        with open(os.path.join(sys.argv[1], name), "w") as f:
+            f.write(text)
+        print(text)

@@ -213,15 +213,17 @@ def test_training_rounds_stop_cleanly_without_a_gpu(tmp_path):
 
 
 def test_the_gpu_report_is_made_from_the_runs_json(tmp_path):
-    assert "No GPU benchmark ran" in gpu_report.report(str(tmp_path))
+    assert all("No GPU benchmark ran" in text for text in gpu_report.report(str(tmp_path)))
     write_json(str(tmp_path / "bench-gpu.json"), META, [_point("collectives", "all_reduce", "hpc_c10d", 8, 7.0, 6.0),
                                                        _point("collectives", "all_reduce", "nccl", 8, 6.0, 5.0),
                                                        _point("collectives", "all_reduce", "torch", 8, 9.0, 8.0),
                                                        _point("collectives", "all_reduce", "plugin", 8, 9.5, 8.5)])
-    text = gpu_report.report(str(tmp_path))
-    assert "NVIDIA H100, driver CUDA 13.0" in text and "| host time per call <= 1.2x" in text
-    assert "over torch's 'nccl'\n\n| op | worst size |" in text and "| all_reduce | 8 B | +0.5 | +0.5 |" in text
-    assert "`python -m hpc_c10d bench collectives --device cuda`" in text and "### collectives: all_reduce" in text
+    page, record = gpu_report.report(str(tmp_path))
+    measured = re.search(r"^Measured on (\S+), (.*): `python -m hpc_c10d bench collectives --device cuda`$", page, re.M)
+    assert measured and "NVIDIA H100, driver CUDA 13.0" in measured[2] and "### collectives: all_reduce" in page
+    assert measured[1] == META["date"][:10] and "| target |" not in page  # a user page: no targets
+    assert "| host time per call <= 1.2x" in record and "| all_reduce | 8 B | +0.5 | +0.5 |" in record
+    assert "over torch's 'nccl'\n\n| op | worst size |" in record
 
 
 def test_the_carried_wheels_cover_every_dependency_the_gpu_machine_lacks():

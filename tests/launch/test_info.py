@@ -4,7 +4,7 @@ import pytest
 
 from hpc_c10d import info
 from hpc_c10d.__main__ import main
-from hpc_c10d._extras import install_hint
+from hpc_c10d.extras import install_hint
 from hpc_c10d.nccl import library
 
 

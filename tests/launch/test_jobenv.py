@@ -2,8 +2,8 @@
 MPICH's Hydra and Open MPI); tests/launch/test_slurm.py checks the same under a real cluster."""
 import pytest
 
-from hpc_c10d import jobenv
-from hpc_c10d.preemption import Preemption, _signals_from
+from hpc_c10d.job import jobenv
+from hpc_c10d.job.preemption import Preemption, _signals_from
 
 SRUN_TASK = {  # srun -n 4 --mpi=pmi2 on two nodes, task 2
     "SLURM_JOB_ID": "41", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",

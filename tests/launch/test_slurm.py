@@ -30,7 +30,7 @@ import pytest
 
 from support.launch import (HOW_TO_DESIGNATE, ROOT, SLURM_DESIGNATION, flavour, fresh_env, mpiexec_command,
                             outer_world_size, slurm_cluster_problem, slurm_required, srun_plugin_problem)
-from hpc_c10d._extras import install_hint
+from hpc_c10d.extras import install_hint
 
 PROBE = os.path.join(ROOT, "tests", "slurm", "probe.py")
 TEMPLATES = os.path.join(ROOT, "slurm")

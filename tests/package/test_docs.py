@@ -72,3 +72,23 @@ def test_the_surviving_failures_page_quotes_its_example_as_it_is():
     blocks = re.findall(r"^```python\n(.*?)^```$", walk_through, re.M | re.S)
     example = (Path(ROOT) / "examples" / "surviving_failures.py").read_text()
     assert len(blocks) == 3 and all(block in example for block in blocks)
+
+
+# What a user page may not carry: history belongs in CHANGELOG.md and docs/dev/. A date only on
+# the one line that says when and where the numbers below or above it were measured.
+MEASURED = re.compile(r"^Measured on \d{4}-\d{2}-\d{2}, [^:]+: `[^`]+`$")
+HISTORY = {
+    "a date": re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b"),
+    "a commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"),
+    "an issue number": re.compile(r"\bissues? #?\d+", re.I),
+}
+USER_PAGES = ["README.md"] + [f"docs/{page.name}" for page in sorted(DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", USER_PAGES)
+def test_user_pages_say_what_is_true_now_not_its_history(page):
+    found = [f"line {number}: {what}: {line.strip()}"
+             for number, line in enumerate((Path(ROOT) / page).read_text().splitlines(), 1)
+             for what, pattern in HISTORY.items()
+             if pattern.search(line) and not (what == "a date" and MEASURED.match(line))]
+    assert not found, "\n".join(found)

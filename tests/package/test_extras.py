@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from hpc_c10d import _extras
-from hpc_c10d._extras import extra_requirements, install_hint
+from hpc_c10d.extras import extra_requirements, gpu_install_hint, install_hint
 from support.launch import ROOT
 
 PYPROJECT = Path(ROOT) / "pyproject.toml"
@@ -53,7 +52,7 @@ def test_checkout_form_when_not_installed(monkeypatch):
     def not_installed(name):
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(_extras.metadata, "requires", not_installed)
+    monkeypatch.setattr(metadata, "requires", not_installed)
     assert extra_requirements("hdf5") == []
     assert install_hint("hdf5") == "pip install '.[hdf5]' (in the hpc_c10d checkout)"
 
@@ -66,6 +65,6 @@ def test_every_extra_yields_what_pyproject_lists(installed):
 
 
 def test_gpu_hint_names_both_cuda_generations(installed):
-    hint = _extras.gpu_install_hint()
+    hint = gpu_install_hint()
     assert install_hint("cuda13") in hint and install_hint("cuda12") in hint
     assert "hpc-c10d[" not in hint

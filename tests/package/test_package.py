@@ -80,6 +80,48 @@ def _package_imports() -> dict[str, set[str]]:
     return imports
 
 
+def _defined(tree: ast.Module) -> set[str] | None:
+    """The names a module binds anywhere (None if it star-imports: anything may be there)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update(alias.asname or alias.name.partition(".")[0] for alias in node.names)
+    return names
+
+
+def test_every_import_inside_the_package_names_what_is_there():
+    """``from .x import y`` and ``from . import y`` inside hpc_c10d name a module or a name that
+    module binds: a renamed module cannot leave a stale import behind in a function body that
+    only an optional dependency (torch, CUDA) would run."""
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "hpc_c10d").rglob("*.py")}
+    trees = {name: ast.parse(path.read_text()) for name, path in paths.items()}
+    stale = []
+    for name, tree in trees.items():
+        package = name if paths[name].name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("hpc_c10d")):
+                continue
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source = f"{base}.{node.module}" if node.level and node.module else node.module or base
+            if source not in trees:
+                stale.append(f"{name}: no module {source}")
+                continue
+            bound = _defined(trees[source])
+            stale += [f"{name}: {source} has no {alias.name}" for alias in node.names
+                      if alias.name != "*" and f"{source}.{alias.name}" not in trees and bound is not None
+                      and alias.name not in bound]
+    assert not stale, "\n".join(stale)
+
+
 def _cycle(imports: dict[str, set[str]]) -> list[str] | None:
     """One import cycle among ``imports``, as the modules along it, or None."""
     state: dict[str, str] = {}
@@ -114,15 +156,82 @@ def test_no_module_of_the_package_imports_itself_back():
     assert cycle is None, " -> ".join(cycle)
 
 
+# The package's layers, lowest first: a module imports only from its own layer or those below.
+# The core and the facade are modules at the package's root; every other layer is a subpackage.
+CORE = {"arrays", "backend", "errors", "extras", "options", "pg_methods", "process_group", "reduce_op", "settings",
+        "state", "timeouts", "transport", "work"}
+FACADE = {"", "_dist2", "collectives", "distributed_c10d", "groups", "lifecycle", "object_collectives", "p2p",
+          "shrink"}
+COMMANDS = {"__main__", "info"}
+LAYERS = [("core", CORE), ("diagnostics", {"diagnostics"}), ("transports", {"mpi", "nccl"}), ("store", {"store"}),
+          ("job", {"job"}), ("facade", FACADE), ("add-ons", {"checkpoint", "torch", "testing", "bench"}),
+          ("commands", COMMANDS)]
+
+
+def _layer(module: str) -> int:
+    """The index in LAYERS of a module of hpc_c10d (by its first name under the package)."""
+    first = module.removeprefix("hpc_c10d").removeprefix(".").partition(".")[0]
+    found = [index for index, (_, names) in enumerate(LAYERS) if first in names]
+    assert found, f"{module} is in no layer: add it to LAYERS"
+    return found[0]
+
+
+def test_each_layer_imports_only_downwards():
+    """Core, diagnostics, transports, store, job, facade, add-ons, commands: the core never imports
+    the debug aids or the job, a transport never the stores or the facade, and so on (imports
+    inside functions and ``TYPE_CHECKING`` blocks count)."""
+    upward = sorted(f"{module} ({LAYERS[_layer(module)][0]}) -> {target} ({LAYERS[_layer(target)][0]})"
+                    for module, targets in _package_imports().items() for target in targets
+                    if _layer(target) > _layer(module))
+    assert not upward, "\n".join(upward)
+
+
 def test_transports_are_injected_and_read_no_package_state():
     """The groups get both transports from the registry (backend.py), so process_group imports
     neither; the NCCL transport is handed what it needs, so nothing in nccl/ reads the package's
     state. Imports inside functions count."""
     imports = _package_imports()
     assert not {m for m in imports["hpc_c10d.process_group"] if m.startswith(("hpc_c10d.nccl", "hpc_c10d.mpi"))}
-    upward = {"hpc_c10d._state", "hpc_c10d.logs", "hpc_c10d.process_group", "hpc_c10d.lifecycle", "hpc_c10d"}
+    upward = {"hpc_c10d.state", "hpc_c10d.diagnostics.logs", "hpc_c10d.process_group", "hpc_c10d.lifecycle",
+              "hpc_c10d"}
     reaching = {name: sorted(imports[name] & upward) for name in imports if name.startswith("hpc_c10d.nccl")}
     assert not any(reaching.values()), reaching
+
+
+def _documented_names() -> list[str]:
+    """Every name docs/api.md documents, as a dotted path: ``automodule`` targets and the names of
+    ``autofunction``/``autoclass``/``autodata`` under the ``currentmodule`` before them."""
+    names, module = [], "hpc_c10d"
+    for kind, target in re.findall(r"^\.\. (\w+):: (\S+)", (ROOT / "docs" / "api.md").read_text(), re.M):
+        if kind == "currentmodule":
+            module = target
+        elif kind == "automodule":
+            names.append(target)
+        else:
+            names.append(f"{module}.{target}")
+    return names
+
+
+def test_every_documented_import_path_works():
+    """What api.md documents imports as written; so do the job's paths from before hpc_c10d.job
+    (``hpc_c10d.jobenv``, ``hpc_c10d.preemption``), as the same modules."""
+    names = _documented_names()
+    assert len(names) > 80 and "hpc_c10d.job" in names, names
+    result = _python(
+        "import importlib, sys\n"
+        f"for name in {[n for n in names if not n.startswith('hpc_c10d.torch')]!r}:\n"
+        "    module, _, attr = name.rpartition('.')\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        getattr(importlib.import_module(module), attr)\n"
+        "import hpc_c10d.jobenv, hpc_c10d.preemption, hpc_c10d.job\n"
+        "from hpc_c10d.jobenv import JobEnv, detect, job_end_time\n"
+        "from hpc_c10d.preemption import Preemption, requeue_file\n"
+        "assert hpc_c10d.jobenv is hpc_c10d.job.jobenv and hpc_c10d.preemption is hpc_c10d.job.preemption\n"
+        "assert Preemption is hpc_c10d.Preemption is hpc_c10d.job.Preemption\n"
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_works_without_torch_installed():
@@ -155,7 +264,7 @@ def test_info_command_reports_every_rank():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "mpi4py" in out and "MPI library" in out and "thread level" in out and "NCCL library" in out
-    assert "world size       3" in out and "\nthread pools     " in out  # the choice of hpc_c10d.threads
+    assert "world size       3" in out and "\nthread pools     " in out  # the choice of hpc_c10d.job.threads
     assert " pid cpus threads gpus" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2]

@@ -163,7 +163,7 @@ if __name__ == "__main__":
 
 def submitit_task():
     """What one task of a submitit job runs: backend "hpc" from srun's environment alone."""
-    from hpc_c10d import jobenv
+    from hpc_c10d.job import jobenv
 
     tdist.init_process_group("hpc")
     x = torch.full((3,), float(tdist.get_rank() + 1))

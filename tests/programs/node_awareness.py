@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import hpc_c10d as dist
-from hpc_c10d import jobenv
+from hpc_c10d.job import jobenv
 from hpc_c10d.nccl.device import local_device
 
 STEP_S = 0.05

@@ -5,7 +5,7 @@ import sys
 from dataclasses import asdict
 
 import hpc_c10d as dist
-from hpc_c10d import jobenv
+from hpc_c10d.job import jobenv
 
 dist.init_process_group()
 rank, size = dist.get_rank(), dist.get_world_size()

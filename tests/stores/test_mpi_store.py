@@ -621,7 +621,7 @@ def test_one_node_shards_are_shared_memory(comm, rank, size):
         _agree(comm, lambda: assert_equal(kind, "SharedAtomics" if one_node else "MPIAtomics"))
 
         # The CPU's atomics are all or nothing: one rank that cannot map a shard puts every rank on MPI's.
-        from hpc_c10d.mpi import atomics
+        from hpc_c10d.store import atomics
 
         table = store._table
         mine = [None if rank == size - 1 else window for window in table._shared]

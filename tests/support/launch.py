@@ -71,7 +71,7 @@ class Flavour:
     flags: tuple[str, ...] = ()  # mpiexec options: start any number of ranks here
     env: dict[str, str] = field(default_factory=dict)  # the same, for mpiexec calls without the flags
     network_path: dict[str, str] = field(default_factory=dict)  # one-sided operations as between nodes
-    launcher: str = "mpich-hydra"  # what hpc_c10d.jobenv calls a job its mpiexec started
+    launcher: str = "mpich-hydra"  # what hpc_c10d.job.jobenv calls a job its mpiexec started
     srun_mpi: str = "pmi2"  # the srun --mpi plugin its processes join one world through
     session_base_var: str = ""  # where the launcher is told the base of its per-job session directory
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from support.launch import ROOT, job_sizes, launch, outer_world_size
-from hpc_c10d._extras import install_hint
+from hpc_c10d.extras import install_hint
 from hpc_c10d.arrays import bfloat16
 from hpc_c10d.bench import main, parser
 from hpc_c10d.bench.collective_ops import COLLECTIVES, Case, contribution, reference_reduce

@@ -8,7 +8,7 @@ import pytest
 
 from support.torch_world import sizes_only, tdist, torch, torch_world
 
-from hpc_c10d.torch._process_group import PER_DEVICE_BACKEND, hpc_backend
+from hpc_c10d.torch.process_group import PER_DEVICE_BACKEND, hpc_backend
 
 pytestmark = pytest.mark.mpi
 
@@ -288,7 +288,7 @@ def test_bad_input_raises_on_every_rank_before_communicating():
 def test_cuda_is_claimed_only_with_the_gpu_extras():
     import importlib.util
 
-    from hpc_c10d.torch._devices import devices
+    from hpc_c10d.torch.devices import devices
 
     has_cupy = importlib.util.find_spec("cupy") is not None
     assert devices() == (["cpu", "cuda"] if has_cupy else ["cpu"])
@@ -315,7 +315,7 @@ def test_a_blocking_operation_past_its_timeout_raises_on_the_rank_that_waits():
 def test_torch_finds_the_backend_for_each_device_it_serves():
     """torch's Python side asks the group for its backend per device (timeouts, eager init,
     object collectives' device); its C++ side asks for the backend's name (DDP's logger)."""
-    from hpc_c10d.torch._devices import devices
+    from hpc_c10d.torch.devices import devices
 
     world = tdist.group.WORLD
     assert [d.type for d in world._device_types] == devices()

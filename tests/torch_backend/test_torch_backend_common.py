@@ -5,7 +5,7 @@ import pytest
 
 from support.torch_world import tdist, torch_world  # first: without torch it skips this file
 
-from hpc_c10d.torch._process_group import hpc_backend
+from hpc_c10d.torch.process_group import hpc_backend
 
 
 @pytest.mark.mpi

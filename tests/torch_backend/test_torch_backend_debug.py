@@ -11,8 +11,8 @@ import pytest
 
 from support.torch_world import tdist, torch, torch_world
 
-from hpc_c10d import debug, flight_recorder
-from hpc_c10d.torch._process_group import PER_DEVICE_BACKEND, ProcessGroupHPC, hpc_backend
+from hpc_c10d.diagnostics import debug, flight_recorder
+from hpc_c10d.torch.process_group import PER_DEVICE_BACKEND, ProcessGroupHPC, hpc_backend
 
 pytestmark = pytest.mark.mpi
 

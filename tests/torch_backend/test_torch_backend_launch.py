@@ -35,7 +35,7 @@ def test_import_torch_registers_the_backend_without_starting_mpi():
 
 
 def test_version_check_names_the_supported_range():
-    from hpc_c10d.torch._version import SUPPORTED_TORCH, torch_version_problem
+    from hpc_c10d.torch.version import SUPPORTED_TORCH, torch_version_problem
 
     for supported in ("2.11.0", "2.12.1", "2.13.0+cpu", "2.14.1", "2.15.0+cu132"):
         assert torch_version_problem(supported) == "", supported
@@ -48,7 +48,7 @@ def test_version_check_names_the_supported_range():
 def test_unsupported_torch_warns_at_import_torch_and_refuses_the_api():
     code = ("import warnings, torch\n"
             "torch.__version__ = '2.99.0'\n"
-            "from hpc_c10d.torch._autoload import autoload\n"
+            "from hpc_c10d.torch.autoload import autoload\n"
             "with warnings.catch_warnings(record=True) as seen:\n"
             "    warnings.simplefilter('always')\n"
             "    autoload()\n"

@@ -46,7 +46,7 @@ PER_DEVICE_BACKEND_FAILURES = {
 def expected_failures(group):
     """EXPECTED_FAILURES, and for backend "hpc" as a per-device Backend (torch >= 2.14) those of
     PER_DEVICE_BACKEND_FAILURES too."""
-    from hpc_c10d.torch._version import python_backends
+    from hpc_c10d.torch.version import python_backends
 
     if group == "hpc" and python_backends():
         return {**EXPECTED_FAILURES, **PER_DEVICE_BACKEND_FAILURES}

@@ -51,6 +51,8 @@ class PyHpcC10d(PythonPackage, CudaPackage):
     import_modules = [
         "hpc_c10d",
         "hpc_c10d.checkpoint",
+        "hpc_c10d.diagnostics",
+        "hpc_c10d.job",
         "hpc_c10d.mpi",
         "hpc_c10d.nccl",
         "hpc_c10d.store",

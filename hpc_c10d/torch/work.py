@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .. import watchdog
+from ..diagnostics import watchdog
 from ..work import WaitTimedOut
 
 __all__ = ["TorchWork", "wait_within"]

@@ -1,20 +1,9 @@
 """Collective fingerprints (debug level DETAIL): ranks compare what they are about to run.
 
-Before each collective the group's members exchange a 64-bit checksum of the operation's
-fingerprint: op, sequence number, device, dtype, shape and, where the op has them, root and
-reduce op. Equal checksums cost one small allgather; when they differ, the members exchange
-the fingerprints themselves and every member raises ``DistError`` naming the fields that differ
-and the ranks on each side, before the collective runs, so no data is mixed and nobody hangs.
-
-A member whose own checks refuse its arguments (a ``TypeError`` or ``ValueError`` from the
-group's validating methods, which other members may not share: an ``all_to_all`` block only
-this rank has wrong, a ``gather`` list only the root holds) joins the same exchange with a
-"refused" checksum before it raises, so the others raise ``DistError`` naming it instead of
-waiting for it in the collective.
-
-The exchange runs on a duplicate of the group's communicator, made when the group is created.
-Point-to-point operations are not fingerprinted (a send has no peers to agree with), and the
-all-to-all ops compare dtype only, since their blocks may differ in size from rank to rank.
+Before each collective the members allgather a checksum of the operation (op, device, dtype,
+shape, root, reduce op) and its sequence number on a duplicate of the group's communicator; when they
+differ, or a member refuses its own arguments, every member raises ``DistError`` naming the
+difference before the collective runs. Design: docs/architecture.md, "Hangs" (Fingerprints).
 """
 
 from __future__ import annotations
@@ -24,11 +13,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..errors import DistError
+from ..process_group import ProcessGroup
+from ..transport import TransportWrapper
 from . import debug
-from .errors import DistError
-from .process_group import ProcessGroup
 from .trace_report import rank_ranges
-from .transport import TransportWrapper
 
 __all__ = ["enable_checks"]
 

@@ -17,8 +17,8 @@ import torch
 from mpi4py import MPI
 
 from ..work import Work
-from ._ops import dtype_code
-from ._work import wait_within
+from .ops import dtype_code
+from .work import wait_within
 
 __all__ = ["all_reduce_sparse"]
 

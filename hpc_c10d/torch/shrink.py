@@ -1,13 +1,10 @@
 """``torch.distributed.shrink_group`` on backend "hpc".
 
-torch's own ``shrink_group`` asks the group's C++ backend for a shrunk one; backend "hpc" has
-none to give (a Python ``ProcessGroup`` before torch 2.14, a Python ``Backend`` after). So the
-plugin puts this function in its place (``install``): for a group of backend "hpc" it runs
-torch's own argument checks, lets hpc_c10d build the survivors' communicator
-(``hpc_c10d.shrink``: after a death under ULFM the communicator the survivors agreed on, else
-``Comm.Create_group`` of the ranks that stay), and registers a new group as torch's would be:
-the default group replaced (every other group destroyed, ranks renumbered, a new store), or the
-group replaced. Groups of other backends go to torch's function unchanged.
+torch's own ``shrink_group`` asks the group's C++ backend for a shrunk one, which backend "hpc"
+cannot give, so ``install`` puts this function in its place: for an "hpc" group it runs torch's
+checks, lets ``hpc_c10d.shrink`` build the survivors' communicator and registers the new group as
+torch's would be; other groups go to torch's function. Design: docs/architecture.md, "Surviving
+failures".
 """
 
 from __future__ import annotations
@@ -19,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from ._devices import BACKEND_NAME, devices
-from ._version import has_shrink_helpers
+from .devices import BACKEND_NAME, devices
+from .version import has_shrink_helpers
 
 __all__ = ["install"]
 
@@ -39,12 +36,12 @@ _torch_shrink_group: Any = None
 def _leave(pg: Any, died: bool) -> None:
     """Drop ``pg`` (a group of backend "hpc") here without communicating on it, then from torch's tables."""
     from .. import shrink
-    from . import _rendezvous
-    from ._process_group import hpc_backend
+    from . import rendezvous
+    from .process_group import hpc_backend
 
     ours = hpc_backend(pg)
     if ours._is_world:
-        for store in _rendezvous.take_stores():
+        for store in rendezvous.take_stores():
             shrink.retire(store.mpi_store, died)
     ours._leave()
     c10d._cleanup_process_group_global_state(pg)
@@ -53,7 +50,7 @@ def _leave(pg: Any, died: bool) -> None:
 def _new_group(comm: Any, ranks: list[int], name: str, timeout: timedelta, store: Any) -> Any:
     """The shrunk group as torch's group creation would make it: the ProcessGroupHPC itself, or
     (torch >= 2.14) torch's ProcessGroup with it as the backend of each device it serves."""
-    from ._process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
+    from .process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
 
     backend = ProcessGroupHPC(comm, ranks, name, timeout)
     if not PER_DEVICE_BACKEND:
@@ -72,8 +69,8 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
                  pg_options: Any = None) -> Any:
     """torch's ``shrink_group``, for backend "hpc" too (see the module's docstring)."""
     from .. import shrink
-    from . import _comms, _rendezvous
-    from ._process_group import hpc_backend
+    from . import comms, rendezvous
+    from .process_group import hpc_backend
 
     target = group if group is not None else c10d._get_default_group()
     if c10d.get_backend(target) != BACKEND_NAME:  # a group of torch's own backends
@@ -89,9 +86,9 @@ def shrink_group(ranks_to_exclude: list[int], group: Any = None, shrink_flags: i
         for pg in [pg for pg in c10d._world.pg_map if pg is not target and c10d.get_backend(pg) == BACKEND_NAME]:
             _leave(pg, died)
         _leave(target, died)
-        _comms.set_world(comm)
+        comms.set_world(comm)
         ranks = list(range(comm.Get_size()))
-        store = _rendezvous.world_store(comm, timeout)
+        store = rendezvous.world_store(comm, timeout)
         name, desc = c10d._process_group_name(ranks, use_hashed_name=True), "default:shrunken"
         new = _new_group(comm, [], name, timeout, store)
         c10d._update_default_pg(new)

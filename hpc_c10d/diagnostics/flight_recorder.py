@@ -1,21 +1,9 @@
 """The flight recorder: what each rank's collectives were doing, written to one file per rank.
 
-Three sources, all cheap when nothing goes wrong:
-
-* every group numbers its collectives (``ProcessGroup._seq``; point-to-point in ``_p2p_seq``),
-  the only cost on the hot path;
-* ``in_flight()`` reads the threads' Python stacks (``sys._current_frames``) to see which
-  operation each thread is inside right now, with its group, sequence number, shape and dtype;
-  also a store's ``wait``/``get`` (with the keys) and what ``track`` names (``destroy_process_group``),
-  which no timeout applies to (``InFlight.timed`` is False);
-* an optional ring of the last N operations with their times and state, kept by wrapping the
-  groups' transports. N comes from ``HPC_C10D_TRACE_BUFFER_SIZE`` or torch's
-  ``TORCH_FR_BUFFER_SIZE``; unset, it is 2000 at debug level INFO/DETAIL and 0 (off) at OFF.
-
-``dump(reason)`` writes ``<run>-rank<N>.json`` into ``HPC_C10D_TRACE_DIR`` (default
-``./hpc_c10d_traces``); ``python -m hpc_c10d trace DIR`` merges the files. Every dump also holds
-the host of every rank (``set_hosts``, gathered once at ``init_process_group``), so a report can
-say where a rank ran that never wrote a dump of its own.
+``in_flight()`` reads which operation each thread is inside from the Python stacks (also a store's
+``wait``/``get``, registered with ``track_store``, and what ``track`` names); an optional ring keeps
+the last N operations; ``dump`` writes ``<run>-rank<N>.json`` for ``python -m hpc_c10d trace``.
+Design: docs/architecture.md, "Hangs"; settings: docs/hangs.md, "What a dump holds".
 """
 
 from __future__ import annotations
@@ -30,16 +18,15 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
+from ..process_group import ProcessGroup
+from ..settings import non_negative
+from ..state import _world
+from ..transport import TransportWrapper
+from ..work import Work
 from . import debug
-from ._env import non_negative
-from ._state import _world
-from .process_group import ProcessGroup
-from .store import Store
-from .transport import TransportWrapper
-from .work import Work
 
-__all__ = ["InFlight", "in_flight", "current", "track", "buffer_size", "trace_dir", "enable_recording", "dump",
-           "dumps_of", "snapshot", "set_hosts", "host_of", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
+__all__ = ["InFlight", "in_flight", "current", "track", "track_store", "buffer_size", "trace_dir", "enable_recording",
+           "dump", "dumps_of", "snapshot", "set_hosts", "host_of", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
 _TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -61,6 +48,7 @@ _ARRAY_ARGS = ("tensor", "output", "input", "output_tensor_list", "tensor_list",
 _STORE_OPS = ("wait", "get")  # the store operations that block until another rank acts
 _codes: dict[Any, str] | None = None
 _untimed: dict[Any, str] = {}  # code -> name, from track(): reported, never timed out
+_store_waits: set[Any] = set()  # the codes of the stores' wait/get, from track_store()
 
 
 @dataclass
@@ -94,8 +82,10 @@ def track(function: Any) -> None:
     _untimed[function.__code__] = function.__name__
 
 
-def _store_classes(cls: type[Store]) -> list[type[Store]]:
-    return [cls] + [sub for child in cls.__subclasses__() for sub in _store_classes(child)]
+def track_store(cls: type) -> None:
+    """Have ``in_flight`` name a thread blocked in ``cls``'s own ``wait`` or ``get``, with the keys,
+    without a timeout (a store has its own). Every ``Store`` subclass is tracked as it is defined."""
+    _store_waits.update(cls.__dict__[op].__code__ for op in _STORE_OPS if op in cls.__dict__)
 
 
 def _tracked_codes() -> dict[Any, str]:
@@ -103,8 +93,6 @@ def _tracked_codes() -> dict[Any, str]:
     if _codes is None:
         _codes = {getattr(ProcessGroup, name).__code__: op for name, op in _GROUP_OPS.items()}
         _codes[Work.wait.__code__] = "wait"
-        for cls in _store_classes(Store):  # hpc_c10d's own stores: all imported by now
-            _codes.update({cls.__dict__[op].__code__: "store" for op in _STORE_OPS if op in cls.__dict__})
     return _codes
 
 
@@ -132,7 +120,7 @@ def _innermost(thread: int, frame: Any) -> InFlight | None:
     operation rather than the ``Work.wait`` it makes, for one that waits inside: backend "hpc")."""
     codes, depth, wait = _tracked_codes(), 0, None
     while frame is not None and depth < 64:
-        op = codes.get(frame.f_code)
+        op = "store" if frame.f_code in _store_waits else codes.get(frame.f_code)
         if op == "wait":
             wait = wait or frame
         elif op is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .. import threads
+from ..job import threads
 from ..mpi import bootstrap
 
 __all__ = ["group_communicator", "set_world"]

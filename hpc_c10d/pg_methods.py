@@ -16,14 +16,14 @@ from .options import (
 from .reduce_op import ReduceOp, RedOpType
 from .work import Work, combine_works
 
-__all__ = ["TorchProcessGroupAPI"]
+__all__ = ["TorchProcessGroupAPI", "one_tensor"]
 
 
-def _one(arrays: Any, name: str) -> Any:
-    """Unwrap torch's one-tensor-per-device list (only one device per process is supported)."""
+def one_tensor(arrays: Any, name: str) -> Any:
+    """Unwrap torch's one-tensor-per-device list (a bare array passes): one device per process."""
     if isinstance(arrays, (list, tuple)):
         if len(arrays) != 1:
-            raise ValueError(f"`{name}` must hold exactly one array per process, got {len(arrays)}")
+            raise ValueError(f"`{name}` must hold exactly one tensor per process (one device each), got {len(arrays)}")
         return arrays[0]
     return arrays
 
@@ -66,11 +66,11 @@ class TorchProcessGroupAPI:
 
     def broadcast(self, tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, BroadcastOptions) else _options(None, BroadcastOptions, rootRank=opts)
-        return self._broadcast(_one(tensors, "tensors"), opts.rootRank, True)
+        return self._broadcast(one_tensor(tensors, "tensors"), opts.rootRank, True)
 
     def allreduce(self, tensors, opts=None) -> Work:
         opts = _options(opts, AllreduceOptions)
-        return self._all_reduce(_one(tensors, "tensors"), opts.reduceOp, True)
+        return self._all_reduce(one_tensor(tensors, "tensors"), opts.reduceOp, True)
 
     def allreduce_coalesced(self, tensors, opts=None) -> Work:
         opts = _options(opts, AllreduceCoalescedOptions)
@@ -80,11 +80,12 @@ class TorchProcessGroupAPI:
     def reduce(self, tensors, opts=None, op=None) -> Work:
         if not isinstance(opts, ReduceOptions):
             opts = _options(op, ReduceOptions, rootRank=opts)
-        return self._reduce(_one(tensors, "tensors"), opts.rootRank, opts.reduceOp, True)
+        return self._reduce(one_tensor(tensors, "tensors"), opts.rootRank, opts.reduceOp, True)
 
     def allgather(self, output_tensors, input_tensors, opts=None) -> Work:
         _options(opts, AllgatherOptions)
-        return self._all_gather(_one(output_tensors, "output_tensors"), _one(input_tensors, "input_tensors"), True)
+        outputs = one_tensor(output_tensors, "output_tensors")
+        return self._all_gather(outputs, one_tensor(input_tensors, "input_tensors"), True)
 
     def _allgather_base(self, output, input, opts=None) -> Work:
         _options(opts, AllgatherOptions)
@@ -106,8 +107,8 @@ class TorchProcessGroupAPI:
 
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
-        outputs = _one(output_tensors, "output_tensors") if output_tensors else None
-        return self._gather(_one(input_tensors, "input_tensors"), outputs, opts.rootRank, True)
+        outputs = one_tensor(output_tensors, "output_tensors") if output_tensors else None
+        return self._gather(one_tensor(input_tensors, "input_tensors"), outputs, opts.rootRank, True)
 
     def gather_single(self, output, input, opts=None) -> Work:
         opts = opts if isinstance(opts, GatherOptions) else _options(None, GatherOptions, rootRank=opts)
@@ -115,12 +116,12 @@ class TorchProcessGroupAPI:
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = opts if isinstance(opts, ScatterOptions) else _options(None, ScatterOptions, rootRank=opts)
-        inputs = _one(input_tensors, "input_tensors") if input_tensors else None
-        return self._scatter(_one(output_tensors, "output_tensors"), inputs, opts.rootRank, True)
+        inputs = one_tensor(input_tensors, "input_tensors") if input_tensors else None
+        return self._scatter(one_tensor(output_tensors, "output_tensors"), inputs, opts.rootRank, True)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         opts = _options(opts, ReduceScatterOptions)
-        output = _one(output_tensors, "output_tensors")
+        output = one_tensor(output_tensors, "output_tensors")
         inputs = input_tensors[0] if isinstance(output_tensors, (list, tuple)) else input_tensors
         return self._reduce_scatter(output, inputs, opts.reduceOp, True)
 
@@ -142,13 +143,13 @@ class TorchProcessGroupAPI:
         return self._all_to_all(output_tensors, input_tensors, True)
 
     def send(self, tensors, dstRank, tag=0) -> Work:  # noqa: N803
-        return self._send(_one(tensors, "tensors"), dstRank, tag, True)
+        return self._send(one_tensor(tensors, "tensors"), dstRank, tag, True)
 
     def recv(self, tensors, srcRank, tag=0) -> Work:  # noqa: N803
-        return self._recv(_one(tensors, "tensors"), srcRank, tag, True)
+        return self._recv(one_tensor(tensors, "tensors"), srcRank, tag, True)
 
     def recv_anysource(self, tensors, tag=0) -> Work:
-        return self._recv(_one(tensors, "tensors"), None, tag, True)
+        return self._recv(one_tensor(tensors, "tensors"), None, tag, True)
 
     def barrier(self, opts=None) -> Work:
         _options(opts, BarrierOptions)

@@ -71,7 +71,7 @@ class DeferredStore(dist.Store):
     def _become(self, kind: str) -> Any:
         with self._lock:
             if self._inner is None:
-                from ..logs import configure, logger
+                from ..diagnostics.logs import configure, logger
 
                 self._inner, self.kind = self._make[kind](), kind
                 configure()  # at HPC_C10D_DEBUG=DETAIL the line below comes out

@@ -1,22 +1,9 @@
 """Stop cleanly when SLURM preempts the job or its time limit nears.
 
-SLURM sends SIGTERM before it kills a job (preemption, ``scancel``, the time limit), or a chosen
-signal some time before the limit with ``sbatch --signal=USR1@90``. The signal reaches some
-ranks earlier than others, or only some. ``Preemption.should_stop()`` turns that into one
-answer per step: every rank contributes whether it saw a signal (or is past its time margin),
-one small all-reduce (MAX) over a communicator of its own combines them, and every rank gets
-the same answer at the same step. Then the loop checkpoints and leaves::
-
-    stop = Preemption()                       # collective; SIGTERM and SIGUSR1 by default
-    for step in range(start, steps):
-        train(step)
-        if stop.should_stop():                # collective: the same answer on every rank
-            checkpoint.save(state, path)
-            stop.requeue()                    # optional: the batch script requeues the job
-            break
-
-The signals come from the ``signals`` argument, else ``HPC_C10D_STOP_SIGNALS`` (for example
-``USR1,TERM``).
+``Preemption.should_stop()`` turns a signal that reaches only some ranks, or reaches them at
+different times (SIGTERM, ``sbatch --signal``'s SIGUSR1, or ``HPC_C10D_STOP_SIGNALS``), into one
+answer per step: one small all-reduce (MAX) on a communicator of its own. The training loop that
+uses it: docs/slurm.md, "Preemption and time limits"; design: docs/architecture.md, "The job".
 """
 
 from __future__ import annotations
@@ -28,10 +15,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..diagnostics.logs import logger
+from ..mpi import bootstrap
+from ..state import resolve_group
 from . import jobenv
-from ._state import resolve_group
-from .mpi import bootstrap
-from .logs import logger
 
 __all__ = ["Preemption", "requeue_file", "SIGNALS_ENV", "REQUEUE_FILE_ENV"]
 

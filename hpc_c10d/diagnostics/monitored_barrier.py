@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from ._state import resolve_group, warn_not_in_group
-from .errors import DistBackendError
-from .lifecycle import check_timeout
-from .process_group import ProcessGroup
+from ..errors import DistBackendError
+from ..process_group import ProcessGroup
+from ..state import resolve_group, warn_not_in_group
+from ..timeouts import check_timeout
 
 __all__ = ["monitored_barrier"]
 

@@ -1,13 +1,9 @@
 """The job environment: who launched this process and what the batch system says about the job.
 
-MPI is the truth for rank and world size (and MPI's shared-memory split for the node-local
-rank). The launcher's variables serve diagnostics and what MPI cannot tell: job id, node list,
-tasks per node, CPUs and GPUs per task, the time limit. They can disagree with MPI: under
-MPICH's ``mpiexec`` inside a SLURM allocation every rank sees ``SLURM_PROCID=0``, and Open
-MPI's ``mpiexec`` leaves it unset. ``JobEnv.disagreements`` names such cases.
-
-``detect()`` reads only the environment (no MPI, no subprocess); ``job_end_time()`` asks
-SLURM (``squeue``) when the environment does not carry the end time.
+MPI is the truth for rank and world size; the launcher's variables serve diagnostics and what MPI
+cannot tell (job id, node list, tasks per node, CPUs and GPUs per task, the time limit), and
+``JobEnv.disagreements`` names where they differ from MPI. ``detect()`` reads only the
+environment. Design: docs/architecture.md, "The job".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Which ranks can still be reached once an alarm is raised, found without MPI.
 
-A rank that raises or answers the watchdog's alarm opens a UDP socket on a port the kernel picks,
-writes a card ``<run>-rank<N>.card`` (host, port, IPv4 addresses) into the dump directory, and
-sends one datagram to every rank whose card is there, reading the directory again while it waits;
-each datagram is answered. A rank not heard from within the grace is *silent*: dead, stopped, or
-on a node cut off from this one. Nothing is bound and nothing is sent before an alarm, and the
-alarm itself already needs a directory every rank can read.
-
-MPI is not used because a call from a second thread can block for minutes in a ``connect()`` to a
-lost peer while holding MPI's lock. Datagrams carry a secret of the run (from rank 0, exchanged at
-start), so a stray one from another job is ignored.
+At an alarm each rank opens a UDP socket, leaves a card ``<run>-rank<N>.card`` (host, port,
+addresses) in the dump directory and pings every rank with a card; a rank not heard from within
+the grace is *silent*: dead, stopped, or cut off. Why not MPI, and the run's secret:
+docs/architecture.md, "Hangs" (Who can be reached).
 """
 
 from __future__ import annotations

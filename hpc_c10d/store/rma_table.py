@@ -1,33 +1,9 @@
-"""A hash table sharded over a communicator's ranks, living in MPI-3 RMA windows.
+"""A hash table sharded over a communicator's ranks, living in MPI-3 RMA windows: MPIStore's table.
 
-Every rank exposes one window from ``Win.Allocate`` laid out as::
-
-    header  version | heap top | visible keys | live keys | used slots | free-list heads
-    slots   nslots x 128 bytes, open addressing:
-            tag | value size (-1: counter) | key size | heap offset (-1: inline) | heap block size
-            | counter word | checksum | 72 bytes inline for key and value
-    heap    ``capacity`` bytes of blocks in size classes (4 per power of two)
-
-A key's hash picks its owner rank and its first slot. The window stays in one
-``Lock_all(MODE_NOCHECK)`` epoch for its whole life. Writers take the owner's ``version``
-word from even to odd with a compare-and-swap, write, flush and make it even again;
-readers never write: they read the version, the slots, the version again and retry on a
-change (a sequence lock), so thousands of ranks polling one key do not contend. A reader that
-remembers where a small value lives reads just that slot, in one round trip: the slot's
-checksum (over its header words and inline record, written by the writer) tells a whole slot
-from a half-written one, so no version read is needed; a mismatch falls back to the lock.
-
-Windows that MPI shares with this process (``Win.Shared_query``: ranks of one node, unified
-memory model) are read and written with plain memory copies instead of ``Get``/``Put`` and
-``Flush`` (a ``Win.Sync`` orders them); the protocol above already tolerates reads racing
-with writes. The atomic words (version, counters) go through ``hpc_c10d.mpi.atomics``: the
-CPU's compare-and-swap when every rank shares every window, else MPI's.
-
-Values that are canonical decimal integers (counters) live in the slot's counter word:
-20 bits of generation over a 44-bit signed value, changed only by compare-and-swap.
-``add`` on a counter whose slot this rank has seen before is then a single compare-and-swap,
-with no lock: the generation changes whenever the slot stops holding that counter, so a
-stale swap fails instead of landing on another key.
+A key's hash picks its owner rank and first slot; writers take the shard's sequence lock with a
+compare-and-swap, readers never write. Shards MPI maps into this process are read and written as
+memory, and counters live in a slot's counter word (an ``add`` to one already seen is one
+compare-and-swap). The window layout and the protocol: docs/architecture.md, "Stores".
 """
 
 from __future__ import annotations
@@ -44,8 +20,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import DistStoreError
-from ..store.key_value import DELETE, KEEP, is_hidden
 from . import atomics
+from .key_value import DELETE, KEEP, is_hidden
 
 __all__ = ["ShardedTable", "size_class"]
 
@@ -53,16 +29,16 @@ R = TypeVar("R")
 
 _WORD = 8
 _VERSION, _TOP, _VISIBLE, _LIVE, _USED = (i * _WORD for i in range(5))
-_FREE = 5 * _WORD
+_FREE_AT = 5 * _WORD
 _CLASSES = 256
-_SLOTS = _FREE + _CLASSES * _WORD
+_SLOTS_AT = _FREE_AT + _CLASSES * _WORD
 _SLOT_WORDS = 16
-_SLOT = _SLOT_WORDS * _WORD
+_SLOT_BYTES = _SLOT_WORDS * _WORD
 _COUNTER_AT = 5 * _WORD  # byte offset of the counter word in a slot
 _CHECKSUM_AT = 6 * _WORD
 _INLINE_AT = _CHECKSUM_AT + _WORD
-_INLINE = _SLOT - _INLINE_AT
-_HEADER = 5 * _WORD  # the header words a slot's checksum covers
+_INLINE_BYTES = _SLOT_BYTES - _INLINE_AT
+_HEADER_BYTES = 5 * _WORD  # the header words a slot's checksum covers
 _HEADER_WORDS = struct.Struct("=5q")
 _SLOT_HEAD = struct.Struct(f"={_INLINE_AT // _WORD}q")  # the words before the inline record
 _WORD_AT = struct.Struct("=q")
@@ -158,7 +134,7 @@ class ShardedTable:
         self._size, self.rank = comm.Get_size(), comm.Get_rank()
         self.capacity, self.max_keys = capacity, max_keys
         self._nslots = 2 * max_keys
-        self._heap = -(-(_SLOTS + self._nslots * _SLOT) // 64) * 64
+        self._heap = -(-(_SLOTS_AT + self._nslots * _SLOT_BYTES) // 64) * 64
         self.lock_timeout = 300.0
         self._win = MPI.Win.Allocate(self._heap + capacity, 1, comm=comm)
         # errors raise, as on hpc_c10d's communicators (mpi4py's rc.errors may make them fatal),
@@ -248,13 +224,13 @@ class ShardedTable:
         return _words(self._read(rank, disp, count * _WORD))
 
     # --- the sequence lock ------------------------------------------------------------------
-    def _held_too_long(self, rank: int) -> DistStoreError:
+    def _held_too_long_error(self, rank: int) -> DistStoreError:
         return DistStoreError(f"MPIStore: the table lock on rank {rank} stayed taken for {self.lock_timeout:g} s "
                               "(a rank died or stopped inside a store operation)")
 
     def _backoff(self, rank: int, pause: float, deadline: float) -> float:
         if time.monotonic() > deadline:
-            raise self._held_too_long(rank)
+            raise self._held_too_long_error(rank)
         time.sleep(pause)
         return min(2 * pause, _LONGEST_PAUSE)
 
@@ -311,7 +287,7 @@ class ShardedTable:
         reusable, index, seen = None, start, 0
         while seen < self._nslots:
             count = min(_PROBE, self._nslots - index, self._nslots - seen)
-            raw = self._read(rank, _SLOTS + index * _SLOT, count * _SLOT)
+            raw = self._read(rank, _SLOTS_AT + index * _SLOT_BYTES, count * _SLOT_BYTES)
             words, inline = _words(raw), memoryview(raw)
             for j in range(count):
                 first = j * _SLOT_WORDS
@@ -322,7 +298,7 @@ class ShardedTable:
                     reusable = (index + j, False) if reusable is None else reusable
                 elif slot_tag == tag:  # other keys' slots: no slicing, no record read
                     slot = self._match(rank, key, tag, index + j, words[first:first + _SLOT_WORDS],
-                                       inline[j * _SLOT + _INLINE_AT:(j + 1) * _SLOT], with_value)
+                                       inline[j * _SLOT_BYTES + _INLINE_AT:(j + 1) * _SLOT_BYTES], with_value)
                     if slot is not None:
                         return slot, reusable
             seen += count
@@ -331,19 +307,19 @@ class ShardedTable:
 
     def _at(self, rank: int, key: bytes, tag: int, index: int) -> _Slot | None:
         """The key's slot if it is still at ``index`` (one slot read), else None."""
-        raw = self._read(rank, _SLOTS + index * _SLOT, _SLOT)
+        raw = self._read(rank, _SLOTS_AT + index * _SLOT_BYTES, _SLOT_BYTES)
         return self._match(rank, key, tag, index, _words(raw), memoryview(raw)[_INLINE_AT:], True)
 
     def _vouched(self, rank: int, key: bytes, tag: int, index: int) -> bytes | None:
         """The key's inline text value if the slot at ``index`` holds it and its checksum vouches
         for it (one read, no lock); None when only a locked read can tell."""
-        raw = self._read(rank, _SLOTS + index * _SLOT, _SLOT)
+        raw = self._read(rank, _SLOTS_AT + index * _SLOT_BYTES, _SLOT_BYTES)
         slot_tag, value_size, key_size, offset, _, _, checksum = _SLOT_HEAD.unpack_from(raw)
         size = key_size + value_size
-        if slot_tag != tag or key_size != len(key) or offset >= 0 or value_size < 0 or size > _INLINE:
+        if slot_tag != tag or key_size != len(key) or offset >= 0 or value_size < 0 or size > _INLINE_BYTES:
             return None
         record = raw[_INLINE_AT:_INLINE_AT + size]
-        if record[:key_size] != key or checksum != _checksum(raw[:_HEADER], record):
+        if record[:key_size] != key or checksum != _checksum(raw[:_HEADER_BYTES], record):
             return None
         return record[key_size:]
 
@@ -364,7 +340,7 @@ class ShardedTable:
     def _record(self, rank: int, slot: _Slot, inline: memoryview, with_value: bool) -> bytes:
         size = slot.record_size() if with_value else slot.key_size
         if slot.offset < 0:
-            if slot.record_size() > _INLINE:
+            if slot.record_size() > _INLINE_BYTES:
                 raise _Torn
             return bytes(inline[:size])
         if slot.offset + slot.block > self.capacity or slot.record_size() > slot.block:
@@ -421,7 +397,7 @@ class ShardedTable:
             return [key for rank in range(self._size) for key in self._consistent(rank, partial(self._keys_of, rank))]
 
     def _keys_of(self, rank: int) -> list[bytes]:
-        table = self._read(rank, _SLOTS, self._nslots * _SLOT)
+        table = self._read(rank, _SLOTS_AT, self._nslots * _SLOT_BYTES)
         raw, words, keys = memoryview(table), _words(table), []
         for first in range(0, len(words), _SLOT_WORDS):
             if words[first] not in (_EMPTY, _TOMBSTONE):
@@ -502,9 +478,9 @@ class ShardedTable:
 
     @staticmethod
     def _counter_disp(index: int) -> int:
-        return _SLOTS + index * _SLOT + _COUNTER_AT
+        return _SLOTS_AT + index * _SLOT_BYTES + _COUNTER_AT
 
-    def _full(self, rank: int, what: str) -> DistStoreError:
+    def _full_error(self, rank: int, what: str) -> DistStoreError:
         return DistStoreError(f"MPIStore is full on rank {rank}: {what}. Nothing was changed. Create the store "
                               "with a larger capacity=/max_keys= or set HPC_C10D_STORE_CAPACITY / "
                               "HPC_C10D_STORE_MAX_KEYS (they apply per rank).")
@@ -519,17 +495,17 @@ class ShardedTable:
         header = None
         if slot is None:
             if reusable is None:
-                raise self._full(rank, "its slot table has no free slot")
+                raise self._full_error(rank, "its slot table has no free slot")
             visible, live, used = self._read_words(rank, _VISIBLE, 3)
             index, empty = reusable
             if live >= self.max_keys:
-                raise self._full(rank, f"it holds {live} keys, the most it may (max_keys={self.max_keys})")
+                raise self._full_error(rank, f"it holds {live} keys, the most it may (max_keys={self.max_keys})")
             if empty and used >= self._nslots - 1:
-                raise self._full(rank, "its slot table is clogged by deleted keys")
+                raise self._full_error(rank, "its slot table is clogged by deleted keys")
             header = [visible + (not is_hidden(key)), live + 1, used + empty]
         else:
             index = slot.index
-        if need <= _INLINE:
+        if need <= _INLINE_BYTES:
             return index, -1, 0, header
         if slot is not None and slot.offset >= 0 and need <= slot.block:
             return index, slot.offset, slot.block, header
@@ -553,7 +529,7 @@ class ShardedTable:
             desired = _counter(_gen(word) + 1, number)
             self._swap(rank, self._counter_disp(index), word, desired)
             self._remember(key, rank, index, desired)
-        at = _SLOTS + index * _SLOT
+        at = _SLOTS_AT + index * _SLOT_BYTES
         header = _HEADER_WORDS.pack(tag, _IS_COUNTER if number is not None else len(value), len(key), offset, block)
         if offset < 0:  # the checksum word and the inline record lie back to back
             record = key if number is not None else key + value
@@ -566,30 +542,30 @@ class ShardedTable:
 
     def _allocate(self, rank: int, need: int) -> tuple[int, int]:
         cls, size = size_class(need)
-        head = self._read_words(rank, _FREE + cls * _WORD, 1)[0]
+        head = self._read_words(rank, _FREE_AT + cls * _WORD, 1)[0]
         if head:
             following = self._read_words(rank, self._heap + head - 1, 1)[0]
-            self._put_words(rank, _FREE + cls * _WORD, following)
+            self._put_words(rank, _FREE_AT + cls * _WORD, following)
             return head - 1, size
         top = self._read_words(rank, _TOP, 1)[0]
         if size > self.capacity - top:
-            raise self._full(rank, f"a {need}-byte entry needs a {size}-byte block and {self.capacity - top} of "
+            raise self._full_error(rank, f"a {need}-byte entry needs a {size}-byte block and {self.capacity - top} of "
                                    f"its {self.capacity} bytes are unused (capacity={self.capacity})")
         self._put_words(rank, _TOP, top + size)
         return top, size
 
     def _release(self, rank: int, offset: int, block: int) -> None:
         cls = size_class(block)[0]
-        head = self._read_words(rank, _FREE + cls * _WORD, 1)[0]
+        head = self._read_words(rank, _FREE_AT + cls * _WORD, 1)[0]
         self._put_words(rank, self._heap + offset, head)
-        self._put_words(rank, _FREE + cls * _WORD, offset + 1)
+        self._put_words(rank, _FREE_AT + cls * _WORD, offset + 1)
 
     def _remove(self, rank: int, key: bytes, slot: _Slot) -> None:
         self._counters.pop(key, None)
         visible, live = self._read_words(rank, _VISIBLE, 2)
         if slot.offset >= 0:
             self._release(rank, slot.offset, slot.block)
-        self._put_words(rank, _SLOTS + slot.index * _SLOT, _TOMBSTONE)
+        self._put_words(rank, _SLOTS_AT + slot.index * _SLOT_BYTES, _TOMBSTONE)
         self._put_words(rank, _VISIBLE, visible - (not is_hidden(key)), live - 1)
 
     def free(self) -> None:

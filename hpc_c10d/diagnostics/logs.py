@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from ..state import _world
 from . import debug
-from ._state import _world
 
 __all__ = ["logger", "configure"]
 

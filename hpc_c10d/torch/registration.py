@@ -7,11 +7,11 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ._devices import BACKEND_NAME, devices
-from ._p2p import install as install_p2p
-from ._rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
-from ._shrink import install as install_shrink_group
-from ._version import python_backends
+from .devices import BACKEND_NAME, devices
+from .p2p import install as install_p2p
+from .rendezvous import SCHEME, env_or_mpi_rendezvous, mpi_rendezvous
+from .shrink import install as install_shrink_group
+from .version import python_backends
 
 __all__ = ["BACKEND_NAME", "register", "devices"]
 
@@ -19,9 +19,9 @@ __all__ = ["BACKEND_NAME", "register", "devices"]
 def _create(options: Any, backend_options: Any) -> Any:
     """torch's backend creator (extended API): a ProcessGroupHPC on the group's own communicator
     (from torch 2.14 a per-device Backend, which torch puts in its own ProcessGroup)."""
-    from ._comms import group_communicator
-    from ._process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
-    from ._rendezvous import claim_for_mpi
+    from .comms import group_communicator
+    from .process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
+    from .rendezvous import claim_for_mpi
 
     claim_for_mpi(options.store)  # an env:// store under MASTER_ADDR/MASTER_PORT: MPI's, no port
     ranks = list(options.global_ranks_in_group)
@@ -38,7 +38,7 @@ def _without_torchs_detail_wrapper(create_wrapper: Any) -> Any:
     hpc_c10d compares them itself, over MPI (``instrument(detail=...)``), so ours is left as it is.
     """
     def create_process_group_wrapper(wrapped_pg: Any, *args: Any, **kwargs: Any) -> Any:
-        from ._process_group import ProcessGroupHPC
+        from .process_group import ProcessGroupHPC
 
         if isinstance(wrapped_pg, ProcessGroupHPC):
             return wrapped_pg

@@ -1,35 +1,9 @@
 """The watchdog: an operation outstanding past its group's timeout is reported and acted on.
 
-One daemon thread per process, started by ``init_process_group``. It wakes every second (or
-a tenth of the shortest group timeout), reads which operation each thread is inside
-(``flight_recorder.in_flight``: the threads' stacks, nothing on the hot path) and notices one
-that stays past its group's timeout (``Work.wait()`` without a timeout uses the default
-group's). Then it raises the alarm: an alarm file in the dump directory, which every other
-rank's watchdog looks for at each wake-up, and a roll call (``roll_call.py``: UDP datagrams on a
-port opened only then, addresses exchanged through card files beside the dumps) that finds, within
-``HPC_C10D_ABORT_GRACE`` seconds (default 3), which ranks can still be reached; those that cannot
-are named in the dumps with their hosts (gathered at start): dead, stopped, or on a node cut off
-from this one. It then writes this rank's flight-recorder dump, waits (within the grace again) for
-the dumps of the ranks that answered, logs what the dumps show (who is stuck where, who is missing,
-on which host) and acts on the policy:
-
-``HPC_C10D_TIMEOUT_POLICY`` (or torch's ``TORCH_NCCL_ASYNC_ERROR_HANDLING``: 0 report, 1 and 3
-abort, 2 raise):
-
-* ``abort`` (default): ``MPI_Abort`` ends the whole job. A rank that is still alive 10 s after
-  calling it (MPI_Abort blocked: the launcher is out of reach, or a thread holds MPI's lock
-  inside a call that never returns) is killed by a kernel timer armed before, as is one whose
-  report never finishes;
-* ``raise``: ``DistBackendError`` is raised in the stuck thread as soon as it runs Python
-  again (a ``Work.wait(timeout)`` loop does; a blocking MPI call that never returns cannot be
-  interrupted, use ``abort`` for those);
-* ``report``: log and dump only;  ``off``: no watchdog thread.
-
-An unhandled exception on any rank ends the job the same way (``sys.excepthook``: the
-traceback, prefixed with the rank, then the roll call, dumps, the report and ``MPI_Abort``) unless
-``HPC_C10D_ABORT_ON_EXCEPTION=0`` or Python runs interactively. ``SIGUSR2`` makes a rank dump
-without stopping it. Jobs over 4096 ranks gather no hosts and hold no roll call (the start-up
-exchange and the datagrams grow with the square of the ranks).
+One daemon thread per process, started by ``init_process_group``: it samples what each thread is
+inside (``flight_recorder.in_flight``) and, past a group's timeout, raises the alarm, holds the
+roll call, dumps, reports who is where and applies ``HPC_C10D_TIMEOUT_POLICY``; an unhandled
+exception takes the same road. Design: docs/architecture.md, "Hangs"; settings: docs/hangs.md.
 """
 
 from __future__ import annotations
@@ -45,17 +19,14 @@ import threading
 import time
 import traceback
 from ctypes.util import find_library
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
+from ..errors import DistBackendError
+from ..settings import non_negative
+from ..state import _world, default_group
 from . import flight_recorder
-from .roll_call import MAX_RANKS, RollCall
-from ._env import non_negative
-from ._state import _world, default_group
-from .errors import DistBackendError
 from .logs import logger
-
-if TYPE_CHECKING:
-    from .nccl.backend import NCCLBackend
+from .roll_call import MAX_RANKS, RollCall
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
            "stop", "explain", "raise_in"]
@@ -263,7 +234,7 @@ class Watchdog:
         """GPU operations run on their own streams, so no thread is seen waiting for a stuck one:
         ask each group's NCCL transport for its oldest operation still running."""
         for pg in list(_world.groups):
-            gpu = cast("NCCLBackend | None", pg._transports.get("cuda"))  # or wrappers forwarding to it
+            gpu: Any = pg._transports.get("cuda")  # NCCL's transport (nccl/backend.py), or wrappers around it
             if gpu is None:  # none made yet (the watchdog never makes one)
                 continue
             limit = pg._timeout.total_seconds()

@@ -1,14 +1,10 @@
 """torch's ``isend`` and ``irecv`` on backend "hpc" where it is a per-device ``Backend``: the
 backend's own handle.
 
-From torch 2.14 a handle that passed through torch's ``ProcessGroup`` reaches Python code for
-``wait()`` and ``get_future()`` only (torch's ``Work`` trampoline binds no other method): its
-``is_completed()`` would stay False, and a receive from any source could not say its
-``_source_rank()``. Point-to-point operations are not among what ``CommDebugMode`` counts, so the
-plugin puts these two functions in torch's place (``install``): on a group whose every device is
-"hpc" they run torch's checks and call the backend directly, whose handle answers everything.
-Other calls go to torch's functions. torch's ``send``, ``recv`` and ``batch_isend_irecv`` call
-these in turn.
+A handle that passed through torch's ``ProcessGroup`` (torch 2.14 and later) answers only
+``wait()`` and ``get_future()`` in Python, so ``install`` puts these functions in torch's place: on
+a group whose every device is "hpc" they run torch's checks and call the backend directly; other
+calls go to torch's. Design: docs/architecture.md, "torch.distributed backend plugin".
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from ._devices import BACKEND_NAME
+from .devices import BACKEND_NAME
 
 __all__ = ["install"]
 
@@ -41,7 +37,7 @@ def _backend_of(tensor: torch.Tensor, group: Any) -> Any:
     if (c10d.has_torch_function((tensor,)) or c10d._rank_not_in_group(group)
             or c10d.get_backend(group) != BACKEND_NAME):
         return None
-    from ._process_group import hpc_backend
+    from .process_group import hpc_backend
 
     return hpc_backend(group)
 

@@ -1,17 +1,10 @@
 """``ProcessGroupHPC``: what torch gets for backend ``"hpc"``.
 
-Where torch lets a Python class be a per-device ``Backend`` (2.14 and later), it is one: torch
-wraps it in a ``ProcessGroup`` of its own, so its collectives pass through torch's ``c10d::*``
-dispatcher ops (``CommDebugMode`` and the profiler count them) and a device map may give CUDA to
-another backend (``"cpu:hpc,cuda:nccl"``). Before 2.14 (no Python constructor for ``Backend``)
-it is a ``ProcessGroup`` subclass, which torch uses as the whole group. Both run the methods below.
-
-torch (and its C++ callers: DDP's reducer, functional collectives, DTensor) call the methods
-below with lists of tensors and an options struct. Each unpacks them and enters hpc_c10d's
-validating ``ProcessGroup`` methods, the numpy API's own path (its hot paths, sequence numbers,
-flight recorder and DETAIL checks included), which take numpy views of the tensors (bfloat16
-included), raise torch's errors before any communication and pick the transport by device. A
-blocking CPU call waits inside that path, at most its timeout (``_finish_within``).
+A per-device ``Backend`` in torch's own ``ProcessGroup`` from torch 2.14, a ``ProcessGroup``
+subclass before. Each method unpacks torch's tensor lists and options and enters hpc_c10d's
+validating ``ProcessGroup`` methods (the numpy API's own path) on numpy views of the tensors; a
+blocking CPU call waits there, at most its timeout (``_finish_within``). Design:
+docs/architecture.md, "torch.distributed backend plugin".
 """
 
 from __future__ import annotations
@@ -30,19 +23,20 @@ from torch._C._distributed_c10d import (
 )
 from torch._C._distributed_c10d import Backend as _TorchBackend  # Python may subclass it from 2.14
 
-from .. import flight_recorder
 from ..backend import BackendConfig
-from ..process_group import ProcessGroup as _HPCGroup
+from ..diagnostics import flight_recorder
 from ..errors import ProcessFailedError as _ProcessFailedError
 from ..lifecycle import adopt, disown, instrument
+from ..pg_methods import one_tensor
+from ..process_group import ProcessGroup as _HPCGroup
 from ..shrink import drop
 from ..work import Work, combine_works, spin
-from ._ops import PLAIN_OPS, as_view, as_views, to_hpc_op
-from ._devices import BACKEND_NAME, devices
-from ._rendezvous import close_stores
-from ._sparse import all_reduce_sparse
-from ._version import has_shrink_helpers, python_backends
-from ._work import TorchWork, wait_within
+from .devices import BACKEND_NAME, devices
+from .ops import PLAIN_OPS, as_view, as_views, to_hpc_op
+from .rendezvous import close_stores
+from .sparse import all_reduce_sparse
+from .version import has_shrink_helpers, python_backends
+from .work import TorchWork, wait_within
 
 __all__ = ["ProcessGroupHPC", "ProcessFailedError", "PER_DEVICE_BACKEND", "hpc_backend"]
 
@@ -77,20 +71,14 @@ def device_config() -> BackendConfig:
     return BackendConfig(",".join(f"{d}:{'mpi' if d == 'cpu' else 'nccl'}" for d in devices()))
 
 
-def _one(tensors: Sequence[Any], name: str) -> Any:
-    if len(tensors) != 1:
-        raise ValueError(f"{name}: backend 'hpc' takes one tensor per process, got {len(tensors)}")
-    return tensors[0]
-
-
 def _tensor(tensors: Sequence[Any], name: str) -> Any:
     """The one tensor of a per-process list, as a numpy view where possible."""
-    return as_view(_one(tensors, name))
+    return as_view(one_tensor(tensors, name))
 
 
 def _list(lists: Sequence[Any], name: str) -> Any:
     """The one list of a per-process list of lists, as numpy views where possible."""
-    return as_views(_one(lists, name))
+    return as_views(one_tensor(lists, name))
 
 
 def _root_tensor(opts: Any, name: str) -> int:

@@ -1,15 +1,9 @@
 """Atomic 64-bit words in an RMA window: MPI's atomics, or the CPU's where every rank shares memory.
 
-MPIStore's table changes two kinds of words only atomically: a shard's lock (``version``) and
-counters. ``MPIAtomics`` does that with ``Compare_and_swap``/``Fetch_and_op``, which works
-between nodes but costs a trip through MPI's progress engine each time (4 µs on an idle core
-with MPICH, 13 µs with two ranks per core). When every rank of the store reaches every shard
-as plain shared memory, ``SharedAtomics`` uses the processor's compare-and-swap instead,
-through ``libatomic``'s ``__atomic_compare_exchange_8`` called with ctypes (about 1.5 µs).
-
-The two must never be mixed on one window: MPI libraries implement their atomics on shared
-memory with locks of their own, which a CPU instruction does not respect. So the choice is
-made once per window, collectively (``pick``), and only when every rank can take the fast path.
+``MPIAtomics`` uses ``Compare_and_swap``/``Fetch_and_op`` (between nodes too); ``SharedAtomics``
+the processor's compare-and-swap through ``libatomic`` and ctypes, when every rank maps every
+window. The two must never mix on one window, so ``pick`` chooses once, collectively. Why, and
+the costs: docs/architecture.md, "Stores" (Word atomics).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Thread pools sized to each rank's share of the cores, so the ranks on a node do not fight over them.
 
-Every BLAS and OpenMP library starts one thread per core it can see; with several ranks per node
-each rank's pool spans every core and the ranks slow each other down many times over. At
-``init_process_group`` the node-local ranks compare their affinity masks; where the user set
-none of ``THREAD_VARIABLES``, each rank's pools (through threadpoolctl, and torch's if torch is
-loaded) are limited to its mask's cores divided by the node-local ranks that share them. The
-variables are set to the same number too, for libraries loaded later and child processes.
-``HPC_C10D_LIMIT_THREADS=0`` leaves every pool as the libraries made it.
+At ``init_process_group`` the node-local ranks compare affinity masks and, unless the user set one
+of ``THREAD_VARIABLES`` (or ``HPC_C10D_LIMIT_THREADS=0``), each rank's BLAS/OpenMP pools and those
+variables get its cores divided by the ranks that share them. Design: docs/architecture.md, "The
+job"; use: docs/launching.md, "Threads per rank".
 """
 
 from __future__ import annotations
@@ -16,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .logs import logger
-from .mpi import bootstrap
+from ..diagnostics.logs import logger
+from ..mpi import bootstrap
 
 __all__ = ["THREAD_VARIABLES", "SWITCH", "ThreadChoice", "switched_on", "share", "limit_pools", "limit_pools_of",
            "current"]

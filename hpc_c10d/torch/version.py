@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .._extras import install_hint
+from ..extras import install_hint
 
 __all__ = ["SUPPORTED_TORCH", "torch_version_problem", "require_supported_torch", "python_backends",
            "has_shrink_helpers"]

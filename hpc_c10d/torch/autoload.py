@@ -12,12 +12,12 @@ def autoload() -> None:
 
     An exception here would make ``import torch`` fail in the whole environment.
     """
-    from ._version import torch_version_problem
+    from .version import torch_version_problem
 
     problem = torch_version_problem()
     if problem:
         warnings.warn(f"{problem}; backend 'hpc' is not registered", RuntimeWarning, stacklevel=2)
         return
-    from ._registration import register
+    from .registration import register
 
     register()

@@ -1,17 +1,9 @@
 """Rendezvous without environment variables: ranks from MPI, the store in MPI memory.
 
-``init_method="mpi://"`` always does this. ``env://`` (torch's default) does it too when
-``MASTER_ADDR`` and ``MASTER_PORT`` are both unset and an MPI launcher (mpiexec, srun) started
-the process, where torch's own handler could only fail. The store is an ``MPIStore`` (no server,
-no open port): backend ``"hpc"`` does not need it, and other backends that do (gloo connecting
-its pairs, NCCL's unique ID) find every key they set.
-
-Under an MPI launcher with ``MASTER_ADDR``/``MASTER_PORT`` set (Lightning, accelerate and other
-frameworks set them) and torch's rank and world size equal to the launcher's, ``env://`` gives a
-``DeferredStore``: backend "hpc" claims it for MPI when the default group is made; any other
-backend that uses it first gets torch's own TCPStore from torch's handler, as without hpc_c10d.
-``HPC_C10D_TORCH_STORE=tcp`` keeps torch's TCPStore there for "hpc" too. Everywhere else torch's
-handler runs unchanged.
+``mpi://`` always does this; ``env://`` does too when an MPI launcher started the process and
+``MASTER_ADDR``/``MASTER_PORT`` are unset, and hands out a ``DeferredStore`` when they are set and
+torch's rank and world size are the launcher's. Everywhere else torch's handler runs unchanged.
+Design: docs/architecture.md, "torch.distributed backend plugin"; use: docs/torch_backend.md.
 """
 
 from __future__ import annotations
@@ -63,7 +55,7 @@ def mpi_rendezvous(url: str, timeout: timedelta = _DEFAULT_TIMEOUT, **kwargs: An
 def _deferred_rendezvous(url: str, env_handler: Callable[..., Iterator[Any]], rank: int, size: int,
                          timeout: timedelta = _DEFAULT_TIMEOUT, **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
     """Yield ``(DeferredStore, rank, world_size)``: the store is made when it is first needed."""
-    from ._store import DeferredStore
+    from .store import DeferredStore
 
     def tcp_store() -> Any:
         return next(env_handler(url, timeout=timeout, **kwargs))[0]
@@ -77,7 +69,7 @@ def _deferred_rendezvous(url: str, env_handler: Callable[..., Iterator[Any]], ra
 def claim_for_mpi(store: Any) -> None:
     """Backend "hpc" is being made on ``store`` (torch's PrefixStores around the rendezvous's): an
     undecided DeferredStore underneath becomes an MPIStore."""
-    from ._store import DeferredStore
+    from .store import DeferredStore
 
     while hasattr(store, "underlying_store"):
         store = store.underlying_store
@@ -88,7 +80,7 @@ def claim_for_mpi(store: Any) -> None:
 def world_store(comm: Any, timeout: timedelta) -> Any:
     """A TorchMPIStore over ``comm`` (collective), closed with the others: a shrunk world's store."""
     from ..store import MPIStore
-    from ._store import TorchMPIStore
+    from .store import TorchMPIStore
 
     store = TorchMPIStore(MPIStore(comm, timeout=timeout))
     _stores.append(store)
@@ -109,7 +101,7 @@ def close_stores() -> None:
 
 
 def _mpi_launched() -> bool:
-    from .. import jobenv
+    from ..job import jobenv
 
     return jobenv.detect().launcher in _MPI_LAUNCHERS
 
@@ -119,7 +111,7 @@ def _launchers_rank_and_size(url: str) -> tuple[int, int] | None:
     WORLD_SIZE) where they are the launcher's, an MPI launcher's or torchrun's (there backend "hpc"
     refuses the store with a clear error, naming mpiexec and srun, instead of a hang); None
     elsewhere, or under HPC_C10D_TORCH_STORE=tcp."""
-    from .. import jobenv
+    from ..job import jobenv
 
     if os.environ.get(STORE_ENV, "").strip().lower() == "tcp":
         return None

@@ -1,11 +1,9 @@
 """``python -m hpc_c10d trace DIR``: merge the ranks' flight-recorder dumps, say who is stuck where.
 
-For each group it lists what its members were inside when they dumped, ranks doing the same
-thing folded into ranges ("ranks 0-2 in all_reduce seq 17 of group 0; rank 3 in barrier seq 16
-of group 0"), and names the ranks whose sequence number is behind the others'. Ranks that left
-no dump, or that did not answer another rank's roll call (``roll_call`` in its dump: each rank
-that raised or answered the alarm messaged every other and waited for theirs), are named with
-their hosts ("no answer from ranks 2-3 on node2"): a dead process, or a node cut off from the rest.
+Per group: what its members were inside, ranks doing the same thing folded into ranges ("ranks 0-2
+in all_reduce seq 17 of group 0; rank 3 in barrier seq 16 of group 0"), the ranks whose sequence
+number is behind, and the ranks that left no dump or did not answer the roll call, with their
+hosts ("no answer from ranks 2-3 on node2"). Reading it: docs/hangs.md.
 """
 
 from __future__ import annotations
