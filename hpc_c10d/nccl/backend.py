@@ -497,7 +497,7 @@ class NCCLBackend(Transport):
             raise DistBackendError("; ".join(map(str, errors)))
 
 
-_logger = logging.getLogger("hpc_c10d")  # the package's (logs.py adds the rank to its records)
+_logger = logging.getLogger("hpc_c10d")  # the package's (diagnostics/logs.py adds the rank to its records)
 _EXIT_WAIT_S = 10.0  # at interpreter exit, how long operations still queued get before NCCL is aborted
 _CLOSE_POLL_S = 1e-3
 _open: dict[NCCLBackend, None] = {}  # backends not closed yet, oldest first

@@ -138,7 +138,7 @@ class ProcessGroupHPC(_Base):
 
     @property
     def supports_shrinking(self) -> bool:
-        """True where the plugin serves torch's ``shrink_group`` (torch/_shrink.py)."""
+        """True where the plugin serves torch's ``shrink_group`` (torch/shrink.py)."""
         return has_shrink_helpers()
 
     @property

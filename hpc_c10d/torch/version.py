@@ -64,7 +64,7 @@ _SHRINK_HELPERS = ("shrink_group", "_validate_shrink_inputs", "_prepare_shrink_t
 
 
 def has_shrink_helpers() -> bool:
-    """Whether the installed torch has ``shrink_group`` and the helpers torch/_shrink.py uses."""
+    """Whether the installed torch has ``shrink_group`` and the helpers torch/shrink.py uses."""
     import torch.distributed.distributed_c10d as c10d
 
     return all(hasattr(c10d, name) for name in _SHRINK_HELPERS)

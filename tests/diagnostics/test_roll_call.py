@@ -1,4 +1,4 @@
-"""The roll call (hpc_c10d/roll_call.py): which ranks answer; the report that names the silent
+"""The roll call (hpc_c10d/diagnostics/roll_call.py): which ranks answer; the report that names the silent
 ones with their hosts is tested in test_trace_report.py.
 
 Serial: three RollCall parts of one made-up run live in this process, each on its own UDP socket
