@@ -77,21 +77,27 @@ def _split_into(parent: ProcessGroup, rank_lists: list[list[int]], backend: str 
 
 def _split_gpu_communicator(parent: ProcessGroup, color: int | None, child: ProcessGroup | None,
                             backend: str | None) -> None:
-    """With a device bound, give the new groups their NCCL communicators now, split from the
-    parent's (collective over the parent, as the MPI split was); without NCCL's split, each new
-    group's members create theirs from a fresh unique ID."""
+    """Give the new groups their NCCL communicators now where every rank of the parent has a device
+    bound: split from the parent's where every rank can split it, else each new group's members
+    create theirs from a fresh unique ID. Every parent rank votes first (one allreduce; collective
+    over the parent, as the MPI split was), so ranks that differ take the same road; where some
+    have no device bound, the new groups make their communicators on first use."""
     config = parent._config if backend is None else BackendConfig(backend)
-    if parent.bound_device_id is None or "cuda" not in parent._transports or "cuda" not in config.device_backend_map:
+    if "cuda" not in config.device_backend_map or "cuda" not in parent._config.device_backend_map:
+        return  # the same on every rank: torch requires the same backend everywhere
+    bound = parent.bound_device_id is not None  # a bound group made its CUDA transport when it bound
+    vote = int(bound) | (int(bound and _gpu(parent)._splittable()) << 1)
+    agreed = parent.comm.allreduce(vote, op=_mpi().BAND)
+    if not agreed & 1:
         return
-    split = _gpu(parent)._split(color, child._rank if child is not None else 0,
-                                child._size if child is not None else 0)
-    if child is None:
-        return
-    if split is None:
+    if agreed & 2:
+        split = _gpu(parent)._split(color, child._rank if child is not None else 0,
+                                    child._size if child is not None else 0)
+        if child is not None and split is not None:
+            child.bound_device_id = parent.bound_device_id
+            _gpu(child)._adopt(split)
+    elif child is not None:
         child._bind_device(parent.bound_device_id)
-    else:
-        child.bound_device_id = parent.bound_device_id
-        _gpu(child)._adopt(split)
 
 
 def _gpu(pg: ProcessGroup) -> NCCLBackend:

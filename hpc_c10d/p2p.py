@@ -107,13 +107,4 @@ def batch_isend_irecv(p2p_op_list: list[P2POp]) -> list[Work]:
     if pg is None:
         warn_not_in_group("batch_isend_irecv")
         return []
-    prepared = [(p, pg._prepare_p2p(p.tensor, p.group_peer, p.tag, p.op is isend, True)) for p in p2p_op_list]
-    transports = {id(transport) for _, (transport, *_) in prepared}
-    batch = getattr(prepared[0][1][0], "batch_p2p", None) if len(transports) == 1 else None
-    if batch is not None:  # NCCL: one group of sends and receives, so no pair waits on another
-        return batch([(p.op is isend, arr, peer, p.tensor) for p, (_, arr, peer, _) in prepared])
-    works = []
-    for p, (transport, arr, peer, tag) in prepared:
-        start = transport.send if p.op is isend else transport.recv
-        works.append(start(arr, peer, tag, True, p.tensor))
-    return works
+    return pg._batch_p2p([(p.op is isend, p.tensor, p.group_peer, p.tag) for p in p2p_op_list])

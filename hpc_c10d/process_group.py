@@ -18,6 +18,7 @@ from .backend import BackendConfig, transport_factory
 from .pg_methods import TorchProcessGroupAPI
 from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
+from .work import Work
 
 __all__ = ["ProcessGroup", "as_rank"]
 
@@ -438,9 +439,13 @@ class ProcessGroup(TorchProcessGroupAPI):
         return [s * row for s in splits]
 
     def _barrier(self, async_op):
-        """Over MPI; once the group has a GPU transport, that one's barrier, which first waits for
-        this rank's queued GPU operations (as torch's NCCL barrier does)."""
-        transport = self._transports.get("cuda") or self._cpu or self._transport_for_device(
+        """Over MPI, through the transport the group's backend names first for the CPU (the same on
+        every rank, so every rank makes the same MPI call); a rank whose group has a GPU transport
+        first waits there for its queued GPU collectives (as torch's NCCL barrier does)."""
+        gpu = self._transports.get("cuda")
+        if gpu is not None:
+            gpu._finish_queued()
+        transport = self._cpu or self._transport_for_device(
             "cpu" if "cpu" in self._config.device_backend_map else "cuda")
         self._seq += 1
         return transport.barrier(async_op)
@@ -481,6 +486,19 @@ class ProcessGroup(TorchProcessGroupAPI):
         t, arr, peer, tag = self._prepare_p2p(tensor, peer, tag, False, async_op)
         self._p2p_seq += 1
         return t.recv(arr, peer, tag, async_op, tensor)
+
+    def _batch_p2p(self, ops: Sequence[tuple[bool, Any, Any, Any]]) -> list[Work]:
+        """Start every (is_send, tensor, group peer, tag), all checked before any starts; on a
+        transport that batches (NCCL) in one group of calls, so no pair waits on another, else
+        one nonblocking operation each. Both APIs' ``batch_isend_irecv`` come here."""
+        prepared = [(is_send, tensor, *self._prepare_p2p(tensor, peer, tag, is_send, True))
+                    for is_send, tensor, peer, tag in ops]
+        transports = {id(transport) for _, _, transport, *_ in prepared}
+        batch = getattr(prepared[0][2], "batch_p2p", None) if len(transports) == 1 else None
+        if batch is not None:
+            return batch([(is_send, arr, peer, tensor) for is_send, tensor, _, arr, peer, _ in prepared])
+        return [(transport.send if is_send else transport.recv)(arr, peer, tag, True, tensor)
+                for is_send, tensor, transport, arr, peer, tag in prepared]
 
     # ---- lifetime -------------------------------------------------------------------------
     def _destroy(self) -> None:

@@ -9,10 +9,12 @@ docs/architecture.md, "Surviving failures".
 
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Any, cast
 
 from .diagnostics import watchdog
+from .diagnostics.logs import logger
 from .lifecycle import _start_watchdog, instrument
 from .mpi import bootstrap, ulfm
 from .process_group import ProcessGroup
@@ -144,8 +146,29 @@ def drop(pg: ProcessGroup) -> None:
         _world.groups.remove(pg)
     gpu = pg._transports.get("cuda")
     if gpu is not None:
-        cast(Any, gpu).abort()
+        _abort_within(cast(Any, gpu), pg._timeout.total_seconds())
     pg._destroy()
+
+
+def _abort_within(gpu: Any, seconds: float) -> None:
+    """Abort ``gpu``'s NCCL communicators on a thread of their own, waiting at most ``seconds``:
+    from NCCL 2.16 an abort may wait for the node's other ranks, and a dead one never comes. Past
+    that the survivors go on and the communicators' resources stay held until the process ends."""
+    failure: list[BaseException] = []
+
+    def abort() -> None:
+        try:
+            gpu.abort()
+        except BaseException as exc:  # reported below, on the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=abort, name="hpc_c10d-nccl-abort", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive() or failure:
+        why = f"{failure[0]}" if failure else f"it had not returned after {seconds:g} s"
+        logger.warning("shrink_group: aborting the old group's NCCL communicators failed (%s); going on without "
+                       "them", why)
 
 
 def shrink_group(ranks_to_exclude: list[int], group: ProcessGroup | None = None,

@@ -88,6 +88,9 @@ class Transport(abc.ABC):
     def barrier(self, async_op):
         """Wait until every rank of the group has arrived."""
 
+    def _finish_queued(self) -> None:  # noqa: B027 - not abstract: a host transport queues nothing
+        """Block the host until this rank's operations queued on a device for the group are done."""
+
     @abc.abstractmethod
     def send(self, buf, peer, tag, async_op, user):
         """Send ``buf`` to group rank ``peer``."""

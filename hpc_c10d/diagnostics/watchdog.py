@@ -232,21 +232,31 @@ class Watchdog:
 
     def _check_gpu_work(self) -> None:
         """GPU operations run on their own streams, so no thread is seen waiting for a stuck one:
-        ask each group's NCCL transport for its oldest operation still running."""
+        ask each group's NCCL transport for an asynchronous error NCCL reports (a peer died, a link
+        failed; torch's watchdog polls the same) and for its oldest operation still running."""
         for pg in list(_world.groups):
             gpu: Any = pg._transports.get("cuda")  # NCCL's transport (nccl/backend.py), or wrappers around it
             if gpu is None:  # none made yet (the watchdog never makes one)
+                continue
+            where = f"group {pg._name!r} ({pg._desc})"
+            failure = gpu._async_failure()
+            if failure is not None and ("gpu-error", id(gpu)) not in self._fired:
+                self._fired.add(("gpu-error", id(gpu)))
+                self._act(f"Watchdog caught an NCCL error in {where}: {failure}", lambda text, gpu=gpu: gpu.abort())
                 continue
             limit = pg._timeout.total_seconds()
             stuck = gpu._overdue(limit)
             if stuck is not None and ("gpu", id(stuck)) not in self._fired:
                 self._fired.add(("gpu", id(stuck)))
-                what = f"{stuck.op_name} on cuda:{stuck._comm.device} in group {pg._name!r} ({pg._desc})"
+                what = f"{stuck.op_name} on cuda:{stuck._comm.device} in {where}"
                 self._timed_out(what, stuck.age(), limit, lambda text, gpu=gpu: gpu.abort())  # its Work.wait raises
 
     def _timed_out(self, what: str, waited: float, limit: float, raise_error: Any) -> None:
-        message = (f"Watchdog caught collective operation timeout: {what} has not completed "
-                   f"after {waited:.1f} s (timeout {limit:g} s)")
+        self._act(f"Watchdog caught collective operation timeout: {what} has not completed "
+                  f"after {waited:.1f} s (timeout {limit:g} s)", raise_error)
+
+    def _act(self, message: str, raise_error: Any) -> None:
+        """Report ``message`` and apply the policy: abort the job, ``raise_error(message)``, or only report."""
         logger.error("%s; policy %r", message, self.policy)
         if self.policy == "abort":  # whatever blocks from here on (MPI's lock, a dead file system), the rank ends
             _kill_self_after(2 * self.grace + _FORWARD_S + _ABORT_WAIT_S)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import logging
 import time
 from functools import partial
@@ -109,17 +108,19 @@ class NCCLBackend(Transport):
                                                                self._timeout_s)
         return comm
 
-    def _split(self, color: int | None, key: int, size: int) -> Communicator | None:
-        """Collective over the group: split its (only) communicator; None on every rank unless every
-        rank has one that is still live (one aborted by a watchdog or a timed-out wait is freed)."""
-        from mpi4py import MPI
+    def _splittable(self) -> bool:
+        """Whether this rank can split the group's communicator: NCCL has ``ncclCommSplit`` and the
+        group has one communicator, live, with no asynchronous error pending (a split of that one
+        fails on this rank while the others wait in it). Only an agreement of every rank acts on it."""
+        if len(self._comms) != 1 or not self._nccl.has_split:
+            return False
+        comm = next(iter(self._comms.values()))
+        return comm.state == "live" and comm.async_error() is None
 
-        comm = next(iter(self._comms.values())) if len(self._comms) == 1 and self._nccl.has_split else None
-        with comm.lock if comm is not None else contextlib.nullcontext():  # no abort until the split is made
-            if not self._mpi.allreduce(comm is not None and comm.state == "live", op=MPI.LAND):
-                return None
-            assert comm is not None
-            return comm.split(color, key, size)
+    def _split(self, color: int | None, key: int, size: int) -> Communicator | None:
+        """Collective over the group, once every rank found it ``_splittable``: split its
+        communicator (None for a rank with no colour)."""
+        return next(iter(self._comms.values())).split(color, key, size)
 
     def _adopt(self, comm: Communicator) -> None:
         """Use ``comm`` (split from the parent group's) as this group's communicator on its device."""
@@ -411,24 +412,47 @@ class NCCLBackend(Transport):
         return self._exchange("all_to_all", self._connect(device), outs[0], dict(sends), dict(enumerate(outs)),
                               async_op, user, (outs, inps, sends), steps)
 
-    def barrier(self, async_op):
-        """Wait (on the host) for this rank's GPU operations in the group to finish, then for every
-        rank over MPI; ``dist.barrier`` comes here once the group has a GPU transport."""
+    def _finish_queued(self) -> None:
+        """Block the host until this rank's operations queued on the group's own communicators have
+        finished (within the group's timeout; NCCL's asynchronous error ends the wait). A pending
+        send or receive on a two-rank communicator is not waited for: torch's barrier does not wait
+        for one either, and its peer may be about to enter this barrier before posting its match."""
+        ours = {id(comm) for comm in self._comms.values()}
         for work in list(self._pending):
-            cuda.wait_for_event(work._event)  # DistBackendError for a CUDA error, not for an NCCL one raised before
+            if id(work._comm) in ours:
+                work.block_host()
+
+    def barrier(self, async_op):
+        """The group's MPI barrier, with the same MPI calls as the CPU transport's (a blocking MPI
+        collective never matches a nonblocking one), bounded like it under backend "hpc"; the
+        group waits for its queued GPU work first (``_finish_queued``)."""
         if async_op:
             return Work([self._mpi.Ibarrier()], [])
-        self._mpi.Barrier()
+        if self.finish_within is None:
+            self._mpi.Barrier()
+        else:
+            request = self._mpi.Ibarrier()
+            if not request.Test():
+                self.finish_within(request)
         return None
 
     # ---- point-to-point -------------------------------------------------------------------
+    def _refuse_self(self, peer: int, name: str) -> None:
+        """ValueError for a lone send or receive to this rank itself: NCCL matches those only within
+        one group (``batch_isend_irecv``), and alone the send would wait for a receive queued behind it."""
+        if peer == self._rank:
+            raise ValueError(f"{name}: the NCCL backend cannot {name} to or from this rank itself on its own; "
+                             "pair the isend and irecv in one batch_isend_irecv")
+
     def send(self, buf, peer, tag, async_op, user):
+        self._refuse_self(peer, "send")
         comm, rank = self._pair(buf.device, peer)
         return self._exchange("send", comm, buf, {rank: buf}, {}, async_op, [user], buf)
 
     def recv(self, buf, peer, tag, async_op, user):
         if peer is None:
             raise ValueError("the NCCL backend cannot receive from any source: pass src")
+        self._refuse_self(peer, "recv")
         comm, rank = self._pair(buf.device, peer)
         work = self._exchange("recv", comm, buf, {}, {rank: buf}, async_op, [user], buf)
         return work if async_op else peer
@@ -447,7 +471,10 @@ class NCCLBackend(Transport):
 
     # ---- health and lifetime --------------------------------------------------------------
     def _communicators(self) -> list[Communicator]:
-        return [*self._comms.values(), *self._pairs.values()]
+        """The group's communicators, then its two-rank ones by (device, lower rank, higher rank): the
+        same order on every rank, so destroying them (an intra-node collective in NCCL) makes no cycle."""
+        pairs = sorted(self._pairs.items(), key=lambda item: (item[0][0], *sorted((self._rank, item[0][1]))))
+        return [*(self._comms[d] for d in sorted(self._comms)), *(comm for _, comm in pairs)]
 
     def _overdue(self, limit_s: float) -> CUDAWork | None:
         """The oldest GPU operation still running after ``limit_s`` seconds, if any (the watchdog
@@ -455,6 +482,15 @@ class NCCLBackend(Transport):
         for work in list(self._pending):
             if not work._passed():
                 return work if work.age() > limit_s else None
+        return None
+
+    def _async_failure(self) -> str | None:
+        """The first of this group's communicators that NCCL reports an asynchronous error for (a
+        peer died, a network failed), described with the error; None while all are healthy."""
+        for comm in self._communicators():
+            error = comm.async_error(wait=False)  # the watchdog thread asks: never wait on the owner's lock
+            if error is not None and comm.state == "live":
+                return f"the NCCL communicator on cuda:{comm.device} of {comm.size} rank(s): {error}"
         return None
 
     def abort(self) -> None:

@@ -3,7 +3,8 @@
 The group's rank 0 gets a unique ID, MPI broadcasts it and every member joins
 (``ncclCommInitRank``); a subgroup whose parent has a communicator is split from it. Before any
 rank enters NCCL the members check over MPI that each can join, so all raise the same error
-instead of some hanging. Design: docs/architecture.md, "NCCL transport".
+instead of some hanging; that check follows the broadcast, so it also proves every member holds
+the ID before any blocks in NCCL. Design: docs/architecture.md, "NCCL transport".
 """
 
 from __future__ import annotations
@@ -42,14 +43,23 @@ def _describe_device(device: int) -> tuple[str, str | None, str | None]:
     return host, cuda.pci_bus_id(device), None
 
 
-def check_members(mpi_comm: Any, device: int, what: str) -> None:
-    """Collective: raise the same error on every rank unless each member has its own GPU."""
-    notes = mpi_comm.allgather(_describe_device(device))
-    problems = [f"rank {r} on {host}: {why}" for r, (host, _, why) in enumerate(notes) if why]
+def check_members(mpi_comm: Any, device: int, what: str, version: tuple[int, int, int]) -> None:
+    """Collective: raise the same error on every rank unless each member has its own GPU and every
+    member loaded the same NCCL release (NCCL's wire protocol is not promised across releases)."""
+    notes = mpi_comm.allgather((*_describe_device(device), version))
+    problems = [f"rank {r} on {host}: {why}" for r, (host, _, why, _) in enumerate(notes) if why]
     if problems:
         raise DistBackendError(f"cannot create the NCCL communicator for {what}: " + "; ".join(problems))
+    releases: dict[tuple[int, int, int], list[int]] = {}
+    for r, (*_, release) in enumerate(notes):
+        releases.setdefault(tuple(release), []).append(r)
+    if len(releases) > 1:
+        found = "; ".join(f"NCCL {'.'.join(map(str, v))} on ranks {ranks}" for v, ranks in sorted(releases.items()))
+        raise DistBackendError(f"cannot create the NCCL communicator for {what}: the ranks loaded different NCCL "
+                               f"releases ({found}); install one nvidia-nccl release everywhere, or point "
+                               "HPC_C10D_NCCL_LIBRARY at the same libnccl.so.2 on every node")
     owners: dict[tuple[str, str | None], list[int]] = {}
-    for r, (host, bus, _) in enumerate(notes):
+    for r, (host, bus, _, _) in enumerate(notes):
         owners.setdefault((host, bus), []).append(r)
     shared = [f"ranks {ranks} share GPU {bus} on {host}" for (host, bus), ranks in owners.items() if len(ranks) > 1]
     if shared:  # NCCL's "Duplicate GPU detected", which torch raises as DistBackendError, said before NCCL starts
@@ -117,8 +127,8 @@ class Communicator:
     def from_mpi(cls, nccl: Nccl, mpi_comm: Any, device: int, what: str,
                  timeout_s: float | None = None) -> "Communicator":
         """Collective over ``mpi_comm``: every member joins one new communicator."""
-        check_members(mpi_comm, device, what)
         uid = UniqueId.from_buffer_copy(exchange_unique_id(mpi_comm, nccl))
+        check_members(mpi_comm, device, what, nccl.version)  # after the ID: every member has received it
         handle = ctypes.c_void_p()
         rank, size = mpi_comm.Get_rank(), mpi_comm.Get_size()
         with cuda.device_guard(device):
@@ -155,9 +165,12 @@ class Communicator:
         _poll(lambda: bool(handle.value), self.timeout_s, "ncclCommSplit gave no new communicator within")
         return handle.value or 0
 
-    def async_error(self) -> str | None:
-        """NCCL's asynchronous error for this communicator, as text, or None."""
-        with self.lock:
+    def async_error(self, wait: bool = True) -> str | None:
+        """NCCL's asynchronous error for this communicator, as text, or None; with ``wait=False``
+        also None while another thread is inside a call on it (the watchdog asks again later)."""
+        if not self.lock.acquire(blocking=wait):
+            return None
+        try:
             if self.state == "aborted":
                 return "the communicator was aborted"
             if self.state == "destroyed":  # destroy() finished every operation first
@@ -165,6 +178,8 @@ class Communicator:
             result = ctypes.c_int()
             self.nccl.check(self.nccl.ncclCommGetAsyncError(self.handle, ctypes.byref(result)),
                             "ncclCommGetAsyncError")
+        finally:
+            self.lock.release()
         if result.value in (0, IN_PROGRESS):
             return None
         try:

@@ -98,7 +98,7 @@ class CUDAWork(Work):
         communicator is aborted first, as torch does, so no rank stays stuck in NCCL).
         """
         if timeout is not None:
-            self._wait_host(timeout)
+            self._wait_host(timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout))
         elif not self._done:
             self._raise_async_error()
             if self._passed():
@@ -109,11 +109,13 @@ class CUDAWork(Work):
             raise self._exception
         return True
 
-    def _wait_host(self, timeout: timedelta | float) -> None:
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-        deadline = time.monotonic() + seconds
+    def _wait_host(self, seconds: float | None) -> None:
+        """Poll until the operation has finished, raising NCCL's asynchronous error as soon as the
+        communicator reports one (a dead peer); past ``seconds`` (None: no limit) abort the
+        communicator and raise."""
+        deadline = None if seconds is None else time.monotonic() + seconds
         while not self.is_completed():
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 self._comm.abort()
                 self._exception = DistBackendError(
                     f"Work.wait timed out after {seconds:g} s waiting for {self.op_name} on cuda:{self._comm.device}; "
@@ -126,14 +128,10 @@ class CUDAWork(Work):
         self.wait()
 
     def block_host(self) -> None:
-        """Block the host until the GPU has finished the operation."""
+        """Block the host until the GPU has finished the operation, within its group's timeout (a
+        poll, so NCCL's asynchronous error ends the wait at once)."""
         if not self._done:
-            try:
-                cuda.wait_for_event(self._event)
-            except DistBackendError as exc:
-                self._exception = self._failed(exc)
-            self._raise_async_error()
-            self._complete()
+            self._wait_host(self._comm.timeout_s)
 
     def age(self) -> float:
         """Seconds since the operation was queued."""

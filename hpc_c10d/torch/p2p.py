@@ -1,10 +1,10 @@
-"""torch's ``isend`` and ``irecv`` on backend "hpc" where it is a per-device ``Backend``: the
-backend's own handle.
+"""torch's ``isend``, ``irecv`` and ``batch_isend_irecv`` on backend "hpc": the backend's own handles.
 
 A handle that passed through torch's ``ProcessGroup`` (torch 2.14 and later) answers only
-``wait()`` and ``get_future()`` in Python, so ``install`` puts these functions in torch's place: on
-a group whose every device is "hpc" they run torch's checks and call the backend directly; other
-calls go to torch's. Design: docs/architecture.md, "torch.distributed backend plugin".
+``wait()`` and ``get_future()`` in Python, and torch batches point-to-point only on backends
+that coalesce (a Python backend cannot), so ``install`` puts these functions in torch's place: on
+a group whose every device is "hpc" they run torch's checks and call the backend directly (a
+batch as one NCCL group); other calls go to torch's. Design: docs/architecture.md, "torch.distributed backend plugin".
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ _torch_functions: dict[str, Any] = {}  # torch's own isend and irecv, once repla
 
 
 def install() -> None:
-    """Put ``isend`` and ``irecv`` in place of torch's (idempotent)."""
-    for name, ours in (("isend", isend), ("irecv", irecv)):
+    """Put ``isend``, ``irecv`` and ``batch_isend_irecv`` in place of torch's (idempotent)."""
+    for name, ours in (("isend", isend), ("irecv", irecv), ("batch_isend_irecv", batch_isend_irecv)):
         if getattr(c10d, name) is not ours:
             _torch_functions[name] = getattr(c10d, name)
             setattr(c10d, name, ours)
@@ -69,3 +69,15 @@ def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: 
         return backend.recv_anysource([_checked(tensor)], tag)
     group = c10d._group_or_default_group(group)
     return backend.recv([_checked(tensor)], c10d._canonicalize_group_rank(group, src, group_src), tag)
+
+
+def batch_isend_irecv(p2p_op_list: list[Any]) -> list[Any]:
+    """torch's ``batch_isend_irecv``; on backend "hpc", every operation started together by the
+    backend (one NCCL group on CUDA tensors), one handle each."""
+    c10d._check_p2p_op_list(p2p_op_list)
+    first = p2p_op_list[0]
+    backend = _backend_of(first.tensor, first.group)
+    if backend is None or any(c10d.has_torch_function((op.tensor,)) for op in p2p_op_list):
+        return _torch_functions["batch_isend_irecv"](p2p_op_list)
+    return backend.batch_p2p([(op.op.__name__ == "isend", _checked(op.tensor), op.group_peer, op.tag)
+                              for op in p2p_op_list])

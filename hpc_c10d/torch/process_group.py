@@ -317,6 +317,12 @@ class ProcessGroupHPC(_Base):
         """Start receiving one tensor from whichever rank sends first (``_source_rank()`` says which)."""
         return self._p2p(self._inner._recv(_tensor(tensors, "recv"), None, tag, True), tensors)
 
+    def batch_p2p(self, ops: list[tuple[bool, torch.Tensor, int, int]]) -> list[TorchWork]:
+        """Start every (is_send, tensor, group peer, tag) together: on CUDA tensors one NCCL group,
+        so a ring of sends and receives cannot wait on itself (torch's ``batch_isend_irecv``)."""
+        works = self._inner._batch_p2p([(is_send, as_view(t), peer, tag) for is_send, t, peer, tag in ops])
+        return [self._p2p(work, [t]) for work, (_, t, _, _) in zip(works, ops)]
+
     # ---- lifetime --------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Free the group's communicator, and for the default group the rendezvous store

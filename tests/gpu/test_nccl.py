@@ -179,7 +179,7 @@ def test_a_rank_without_a_gpu_fails_every_rank_alike(world):
     if cuda.device_count() > 0:
         pytest.skip("this machine has a GPU; the refusal is for ranks without one")
     with pytest.raises(DistBackendError, match="no CUDA device is visible") as caught:
-        check_members(MPI.COMM_WORLD, 0, "the test group")
+        check_members(MPI.COMM_WORLD, 0, "the test group", library.load().version)
     message = str(caught.value)
     assert all(f"rank {r} on" in message for r in range(MPI.COMM_WORLD.Get_size()))
     assert MPI.COMM_WORLD.allgather(message) == [message] * MPI.COMM_WORLD.Get_size()
@@ -249,24 +249,36 @@ def test_a_finished_call_is_settled_without_polling_and_a_failed_one_raises():
         settle(nccl, 0, 5, "ncclTest", 1.0)  # ncclInvalidUsage
 
 
+def _recorded(calls: list, cls: type, name: str):
+    """``cls.name`` that first appends ("Class.name", *args) to ``calls``."""
+    original = getattr(cls, name)
+
+    def recorded(self, *args):
+        calls.append((f"{cls.__name__}.{name}", *args))
+        return original(self, *args)
+
+    return recorded
+
+
 @pytest.mark.mpi(min_size=1)
 @needs_nccl
-def test_barrier_goes_through_the_gpu_transport_once_the_group_has_one(world, monkeypatch):
+def test_barrier_waits_for_the_gpu_transport_then_makes_the_same_mpi_call_on_every_rank(world, monkeypatch):
+    """Once the group has a GPU transport, its queued work is waited for first; the MPI barrier is
+    always the CPU transport's, so a rank with a GPU transport and one without make the same MPI call."""
+    from hpc_c10d.mpi.backend import MPIBackend
     from hpc_c10d.nccl.backend import NCCLBackend
 
     group = dist.new_group(list(range(dist.get_world_size())))
-    calls = []
-    original = NCCLBackend.barrier
-
-    def recorded(self, async_op):
-        calls.append(async_op)
-        return original(self, async_op)
-
-    monkeypatch.setattr(NCCLBackend, "barrier", recorded)
+    calls: list[tuple] = []
+    for cls, name in ((NCCLBackend, "_finish_queued"), (NCCLBackend, "barrier"), (MPIBackend, "barrier")):
+        monkeypatch.setattr(cls, name, _recorded(calls, cls, name))
     dist.barrier(group=group)
-    assert calls == []  # no GPU transport yet: MPI's barrier
-    group._transport_for_device("cuda")  # made without a GPU: the NCCL library loads anyway
+    assert calls == [("MPIBackend.barrier", False)]  # no GPU transport yet
+    if dist.get_rank() % 2 == 0:  # a GPU transport on some ranks only (made without a GPU: the library loads)
+        group._transport_for_device("cuda")
+    calls.clear()
     dist.barrier(group=group)
     assert dist.barrier(group=group, async_op=True).wait()
-    assert calls == [False, True]
+    waited = [("NCCLBackend._finish_queued",)] if dist.get_rank() % 2 == 0 else []
+    assert calls == [*waited, ("MPIBackend.barrier", False), *waited, ("MPIBackend.barrier", True)]
     dist.destroy_process_group(group)

@@ -22,31 +22,36 @@ from hpc_c10d.nccl.buffers import as_device_buffer
 pytestmark = pytest.mark.mpi
 
 cupy = pytest.importorskip("cupy", reason="the GPU tests need cupy (pip install cupy-cuda13x nvidia-nccl-cu13)")
-GPUS, WHY_NO_GPU = cuda.visible_devices()
-if GPUS == 0:
-    pytest.skip(f"no CUDA GPU ({WHY_NO_GPU}); the NCCL GPU tests need one per rank", allow_module_level=True)
-if not library.available():
-    pytest.skip("the NCCL library is not installed", allow_module_level=True)
+GPUS, WHY_NO_GPU = cuda.visible_devices()  # this rank's view: the ranks decide together (gpu_plan)
 
 REDUCIBLE = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
 OPS = {"SUM": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum}
 
 
 @pytest.fixture(scope="module")
-def gpu(world):
-    """This rank's GPU, made current; skips when ranks would share one (see the refusal test)."""
-    if dist.get_world_size() > GPUS * _nodes():
-        pytest.skip(f"{dist.get_world_size()} ranks but {GPUS} GPU(s) per node: one GPU per rank is needed")
-    return dist.nccl.bind_local_device()
-
-
-def _nodes():
+def gpu_plan(world):
+    """"own" when every rank has a GPU of its own, "shared" when every rank has one but some share
+    it, else why some rank cannot run these tests. Decided together (each rank's view gathered),
+    so on nodes with different GPU counts no rank runs a collective that another skipped."""
     from mpi4py import MPI
 
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
-    leaders = MPI.COMM_WORLD.allreduce(1 if node.Get_rank() == 0 else 0)
+    on_this_node = node.Get_size()
     node.Free()
-    return leaders
+    why = f"no CUDA GPU ({WHY_NO_GPU})" if GPUS == 0 else "" if library.available() else "no NCCL library"
+    views = MPI.COMM_WORLD.allgather((why, on_this_node > GPUS))
+    missing = [f"rank {r}: {why}" for r, (why, _) in enumerate(views) if why]
+    if missing:
+        return "the NCCL GPU tests need a GPU per rank: " + "; ".join(missing[:4])
+    return "shared" if any(crowded for _, crowded in views) else "own"
+
+
+@pytest.fixture(scope="module")
+def gpu(gpu_plan):
+    """This rank's GPU, made current; every rank skips alike unless each has its own (see the refusal test)."""
+    if gpu_plan != "own":
+        pytest.skip(gpu_plan if gpu_plan != "shared" else "some ranks share a GPU: one GPU per rank is needed")
+    return dist.nccl.bind_local_device()
 
 
 def _contribution(rank, count, dtype):
@@ -317,9 +322,9 @@ def test_an_aborted_communicator_refuses_further_work(gpu):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_two_ranks_on_one_gpu_are_refused(world):
-    if dist.get_world_size() <= GPUS * _nodes():
-        pytest.skip("every rank has a GPU of its own here")
+def test_two_ranks_on_one_gpu_are_refused(gpu_plan):
+    if gpu_plan != "shared":
+        pytest.skip("every rank has a GPU of its own here" if gpu_plan == "own" else gpu_plan)
     group = dist.new_group(list(range(dist.get_world_size())))
     with pytest.raises(DistBackendError, match="must not use the same GPU"):
         dist.all_reduce(cupy.ones(4, dtype=cupy.float32), group=group)
