@@ -13,7 +13,7 @@ from ..errors import DistBackendError
 from ..extras import gpu_install_hint
 from .buffers import DeviceBuffer
 
-__all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "wait_for_event", "device_guard",
+__all__ = ["cupy", "caller_stream", "new_stream", "new_event", "event_passed", "device_guard",
            "runtime_error", "cuda_error", "device_count", "visible_devices", "pci_bus_id"]
 
 _LEGACY_DEFAULT, _PER_THREAD_DEFAULT = 1, 2  # __cuda_array_interface__ stream codes
@@ -106,14 +106,6 @@ def event_passed(event: Any) -> bool:
     if status == _NOT_READY:
         return False
     raise cuda_error(status)
-
-
-def wait_for_event(event: Any) -> None:
-    """Block the host until the GPU has passed ``event``; DistBackendError if it failed before."""
-    try:
-        event.synchronize()
-    except runtime_error() as exc:
-        raise cuda_error(exc) from exc
 
 
 def device_guard(device: int) -> Any:

@@ -22,9 +22,11 @@ __all__ = ["install"]
 _torch_functions: dict[str, Any] = {}  # torch's own isend and irecv, once replaced
 
 
-def install() -> None:
-    """Put ``isend``, ``irecv`` and ``batch_isend_irecv`` in place of torch's (idempotent)."""
-    for name, ours in (("isend", isend), ("irecv", irecv), ("batch_isend_irecv", batch_isend_irecv)):
+def install(handles: bool) -> None:
+    """Put ``batch_isend_irecv`` in place of torch's, and with ``handles`` (torch 2.14 and later)
+    ``isend`` and ``irecv`` too (idempotent)."""
+    replaced = (("isend", isend), ("irecv", irecv)) if handles else ()
+    for name, ours in (*replaced, ("batch_isend_irecv", batch_isend_irecv)):
         if getattr(c10d, name) is not ours:
             _torch_functions[name] = getattr(c10d, name)
             setattr(c10d, name, ours)

@@ -58,8 +58,8 @@ def register() -> None:
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
     c10d: Any = importlib.import_module("torch.distributed.distributed_c10d")
-    if python_backends():  # "hpc" is a per-device Backend (torch >= 2.14)
-        install_p2p()
+    install_p2p(handles=python_backends())  # handles of its own where "hpc" is a per-device Backend (>= 2.14)
+    if python_backends():
         if not hasattr(c10d._create_process_group_wrapper, "wraps_detail_wrapper"):
             c10d._create_process_group_wrapper = _without_torchs_detail_wrapper(c10d._create_process_group_wrapper)
     # torch 2.15 hooks its flight recorder onto the C++ group of each backend that does not record

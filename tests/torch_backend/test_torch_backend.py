@@ -208,6 +208,33 @@ def test_object_collectives():
         assert gathered == [r * 3 for r in range(size)]
 
 
+@sizes_only(1, 2, 3, 4)
+def test_batch_isend_irecv_is_one_batch_of_the_backend(monkeypatch):
+    """torch's batch_isend_irecv on backend "hpc" reaches the backend once, with every operation
+    (on CUDA tensors: one NCCL group, so a ring cannot wait on itself), not one isend at a time."""
+    from hpc_c10d.torch.process_group import ProcessGroupHPC
+
+    batches = []
+    original = ProcessGroupHPC.batch_p2p
+
+    def recorded(self, ops):
+        batches.append([(is_send, peer) for is_send, _, peer, _ in ops])
+        return original(self, ops)
+
+    monkeypatch.setattr(ProcessGroupHPC, "batch_p2p", recorded)
+    rank, size = _rank(), _size()
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(4, dtype=torch.float64)
+    sent = torch.full((4,), rank + 0.5, dtype=torch.float64)
+    ops = [tdist.P2POp(tdist.irecv, got, left), tdist.P2POp(tdist.isend, sent, right)]
+    works = tdist.batch_isend_irecv(ops)
+    assert len(works) == 2
+    for work in works:
+        work.wait()
+    assert torch.equal(got, torch.full((4,), left + 0.5, dtype=torch.float64))
+    assert batches == [[(False, left), (True, right)]]
+
+
 @sizes_only(2, 3, 4)
 def test_send_recv_ring_and_any_source():
     rank, size = _rank(), _size()
