@@ -209,7 +209,7 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         if isinstance(_world.default_store, MPIStore):
             _world.default_store.close()  # collective: a rank done early waits here for the others,
         watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
-        for pg in reversed(_world.groups):
+        for pg in _destroy_order(_world.groups):
             pg._destroy()
         _world.reset()
         return
@@ -222,6 +222,16 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
 
 
 flight_recorder.track(destroy_process_group)
+
+
+def _destroy_order(groups: list[ProcessGroup]) -> list[ProcessGroup]:
+    """``groups`` in the order every rank destroys them: by their ranks, the default group last.
+    Groups made with ``use_local_synchronization`` exist in a different order on each rank, and
+    destroying an NCCL communicator waits for the node's other members, so a rank's own order
+    could make two ranks wait on each other; the newest first among groups of the same ranks."""
+    newest_first = list(reversed(groups))
+    default = _world.default_pg
+    return sorted(newest_first, key=lambda pg: (pg is default, list(pg._global_ranks)))
 
 
 def _drop_after_hang() -> None:

@@ -175,3 +175,40 @@ def test_an_async_error_ends_a_host_wait_and_is_what_the_watchdog_reads(transpor
     assert "remote process exited" in transport._async_failure()
     with pytest.raises(DistBackendError, match="remote process exited"):
         work.get_future().wait()  # a host wait, ended by NCCL's error rather than the group's timeout
+
+
+@pytest.mark.mpi(min_size=3)
+def test_groups_made_in_different_orders_are_destroyed_in_one_order(world, rank, size):
+    """Locally synchronised groups exist in a different order on each rank; every rank destroys
+    its groups by their ranks, so no two ranks wait on each other in ncclCommDestroy."""
+    from hpc_c10d.lifecycle import _destroy_order
+    from hpc_c10d.state import _world
+
+    first, second = [0, 1], [1, 2]
+    made = []
+    for ranks in ((second, first) if rank == 1 else (first, second)):  # rank 1 makes them in the other order
+        if rank in ranks:
+            made.append(dist.new_group(ranks, use_local_synchronization=True))
+    try:
+        order = [list(pg._global_ranks) for pg in _destroy_order(_world.groups) if pg in made]
+        assert order == [r for r in (first, second) if rank in r]
+    finally:
+        for pg in made:
+            dist.destroy_process_group(pg)
+
+
+def test_a_hung_abort_does_not_hold_shrink_group(transport, recorder, caplog):
+    """From NCCL 2.16 an abort may wait for the node's other ranks; shrink_group gives it the
+    group's timeout on a thread of its own and goes on."""
+    import threading
+
+    from hpc_c10d.shrink import _abort_within
+
+    transport._connect(0)
+    release = threading.Event()
+    recorder.ncclCommAbort = lambda handle: release.wait() and 0  # never returns until released
+    try:
+        _abort_within(transport, 0.2)
+        assert "had not returned after 0.2 s" in caplog.text
+    finally:
+        release.set()
