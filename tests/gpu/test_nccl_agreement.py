@@ -6,6 +6,7 @@ NCCL moves data; these are tests of our own logic, never reported as GPU tests."
 from datetime import timedelta
 
 import pytest
+from mpi4py import MPI
 
 import hpc_c10d as dist
 from hpc_c10d.errors import DistBackendError
@@ -212,3 +213,25 @@ def test_a_hung_abort_does_not_hold_shrink_group(transport, recorder, caplog):
         assert "had not returned after 0.2 s" in caplog.text
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("where", ["rank 0 has no GPU", "rank 0's node is crowded", "every rank has its own"])
+def test_the_gpu_tests_skip_on_every_rank_or_on_none(world, monkeypatch, rank, size, where):
+    """A rank-local choice would let some ranks skip a GPU test while the others wait in its
+    collectives (nodes with different GPU counts)."""
+    from support.gpu_plan import OWN, SHARED, gpu_plan
+
+    crowded = dist.group.WORLD.comm.Split_type(MPI.COMM_TYPE_SHARED)
+    on_my_node = crowded.Get_size()
+    crowded.Free()
+    if where == "rank 0's node is crowded" and on_my_node < 2:
+        pytest.skip("needs two ranks on a node")
+    devices = {"rank 0 has no GPU": 0 if rank == 0 else on_my_node,
+               "rank 0's node is crowded": on_my_node - 1 if rank == 0 else on_my_node,
+               "every rank has its own": on_my_node}[where]
+    install(monkeypatch, devices=devices)
+    plan = gpu_plan()
+    assert _gathered(plan) == [plan] * size
+    expected = {"rank 0 has no GPU": "rank 0: no CUDA GPU", "rank 0's node is crowded": SHARED,
+                "every rank has its own": OWN}[where]
+    assert expected in plan

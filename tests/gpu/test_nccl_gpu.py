@@ -14,43 +14,30 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from support.gpu_plan import OWN, SHARED, gpu_plan as decide_gpu_plan
 from support.launch import ROOT, launch
 from hpc_c10d.errors import DistBackendError
-from hpc_c10d.nccl import cuda, library
+from hpc_c10d.nccl import library
 from hpc_c10d.nccl.buffers import as_device_buffer
 
 pytestmark = pytest.mark.mpi
 
 cupy = pytest.importorskip("cupy", reason="the GPU tests need cupy (pip install cupy-cuda13x nvidia-nccl-cu13)")
-GPUS, WHY_NO_GPU = cuda.visible_devices()  # this rank's view: the ranks decide together (gpu_plan)
-
 REDUCIBLE = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64"]
 OPS = {"SUM": np.add, "PRODUCT": np.multiply, "MIN": np.minimum, "MAX": np.maximum}
 
 
 @pytest.fixture(scope="module")
 def gpu_plan(world):
-    """"own" when every rank has a GPU of its own, "shared" when every rank has one but some share
-    it, else why some rank cannot run these tests. Decided together (each rank's view gathered),
-    so on nodes with different GPU counts no rank runs a collective that another skipped."""
-    from mpi4py import MPI
-
-    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
-    on_this_node = node.Get_size()
-    node.Free()
-    why = f"no CUDA GPU ({WHY_NO_GPU})" if GPUS == 0 else "" if library.available() else "no NCCL library"
-    views = MPI.COMM_WORLD.allgather((why, on_this_node > GPUS))
-    missing = [f"rank {r}: {why}" for r, (why, _) in enumerate(views) if why]
-    if missing:
-        return "the NCCL GPU tests need a GPU per rank: " + "; ".join(missing[:4])
-    return "shared" if any(crowded for _, crowded in views) else "own"
+    """Whether every rank has a GPU of its own (support/gpu_plan.py): the same answer everywhere."""
+    return decide_gpu_plan()
 
 
 @pytest.fixture(scope="module")
 def gpu(gpu_plan):
     """This rank's GPU, made current; every rank skips alike unless each has its own (see the refusal test)."""
-    if gpu_plan != "own":
-        pytest.skip(gpu_plan if gpu_plan != "shared" else "some ranks share a GPU: one GPU per rank is needed")
+    if gpu_plan != OWN:
+        pytest.skip(gpu_plan if gpu_plan != SHARED else "some ranks share a GPU: one GPU per rank is needed")
     return dist.nccl.bind_local_device()
 
 
@@ -323,8 +310,8 @@ def test_an_aborted_communicator_refuses_further_work(gpu):
 
 @pytest.mark.mpi(min_size=2)
 def test_two_ranks_on_one_gpu_are_refused(gpu_plan):
-    if gpu_plan != "shared":
-        pytest.skip("every rank has a GPU of its own here" if gpu_plan == "own" else gpu_plan)
+    if gpu_plan != SHARED:
+        pytest.skip("every rank has a GPU of its own here" if gpu_plan == OWN else gpu_plan)
     group = dist.new_group(list(range(dist.get_world_size())))
     with pytest.raises(DistBackendError, match="must not use the same GPU"):
         dist.all_reduce(cupy.ones(4, dtype=cupy.float32), group=group)
