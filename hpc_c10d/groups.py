@@ -13,6 +13,8 @@ import operator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Sequence, cast
 
+import numpy as np
+
 from .backend import BackendConfig
 from .lifecycle import instrument
 from .process_group import ProcessGroup
@@ -86,8 +88,10 @@ def _split_gpu_communicator(parent: ProcessGroup, color: int | None, child: Proc
     if "cuda" not in config.device_backend_map or "cuda" not in parent._config.device_backend_map:
         return  # the same on every rank: torch requires the same backend everywhere
     bound = parent.bound_device_id is not None  # a bound group made its CUDA transport when it bound
-    vote = int(bound) | (int(bound and _gpu(parent)._splittable()) << 1)
-    agreed = parent.comm.allreduce(vote, op=_mpi().BAND)
+    MPI = _mpi()
+    votes = np.array([int(bound) | (int(bound and _gpu(parent)._splittable()) << 1)])
+    parent.comm.Allreduce(MPI.IN_PLACE, votes, op=MPI.BAND)  # a buffer call: mpi4py lets other threads run
+    agreed = int(votes[0])
     if not agreed & 1:
         return
     if agreed & 2:

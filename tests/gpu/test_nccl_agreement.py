@@ -235,3 +235,35 @@ def test_the_gpu_tests_skip_on_every_rank_or_on_none(world, monkeypatch, rank, s
     expected = {"rank 0 has no GPU": "rank 0: no CUDA GPU", "rank 0's node is crowded": SHARED,
                 "every rank has its own": OWN}[where]
     assert expected in plan
+
+
+@pytest.mark.mpi(min_size=2)
+def test_an_abort_while_a_rank_waits_in_the_split_vote_is_not_held_up(bound_parent, recorder, rank, size):
+    """The vote waits for the slowest rank. Neither the communicator's lock nor the GIL is held
+    across it (a buffer allreduce: mpi4py's pickled ones keep the GIL while they block), so the
+    watchdog's abort goes through while the vote still waits, not after it. The vote is entered
+    directly here (every rank a non-member of no new group), so nothing else blocks first."""
+    import threading
+    import time
+
+    from hpc_c10d.groups import _split_gpu_communicator
+
+    gpu, aborted, start = bound_parent._transports["cuda"], [], time.monotonic()
+
+    def abort_soon():
+        time.sleep(0.5)  # rank 0 is in the vote by then; the last rank joins it at 3 s
+        gpu._comms[0].abort()
+        aborted.append(time.monotonic() - start)
+
+    watchdog = threading.Thread(target=abort_soon)
+    if rank == 0:
+        watchdog.start()
+    if rank == size - 1:
+        time.sleep(3.0)
+    try:
+        _split_gpu_communicator(bound_parent, None, None, None)
+    except DistBackendError as exc:  # rank 0 voted to split, then found its communicator aborted
+        assert rank == 0 and "aborted" in str(exc)
+    if rank == 0:
+        watchdog.join()
+        assert aborted and aborted[0] < 2.0, f"the abort went through {aborted} s in, after the vote"
