@@ -471,10 +471,10 @@ class NCCLBackend(Transport):
 
     # ---- health and lifetime --------------------------------------------------------------
     def _communicators(self) -> list[Communicator]:
-        """The group's communicators, then its two-rank ones by (device, lower rank, higher rank): the
-        same order on every rank, so destroying them (an intra-node collective in NCCL) makes no cycle."""
-        pairs = sorted(self._pairs.items(), key=lambda item: (item[0][0], *sorted((self._rank, item[0][1]))))
-        return [*(self._comms[d] for d in sorted(self._comms)), *(comm for _, comm in pairs)]
+        """The group's communicators, then its two-rank ones by (device, peer), which for every rank
+        is the order of (device, lower rank, higher rank): the same order on every rank, so
+        destroying them (an intra-node collective in NCCL) makes no cycle."""
+        return [*(self._comms[d] for d in sorted(self._comms)), *(self._pairs[key] for key in sorted(self._pairs))]
 
     def _overdue(self, limit_s: float) -> CUDAWork | None:
         """The oldest GPU operation still running after ``limit_s`` seconds, if any (the watchdog

@@ -52,7 +52,7 @@ def check_members(mpi_comm: Any, device: int, what: str, version: tuple[int, int
         raise DistBackendError(f"cannot create the NCCL communicator for {what}: " + "; ".join(problems))
     releases: dict[tuple[int, int, int], list[int]] = {}
     for r, (*_, release) in enumerate(notes):
-        releases.setdefault(tuple(release), []).append(r)
+        releases.setdefault(release, []).append(r)
     if len(releases) > 1:
         found = "; ".join(f"NCCL {'.'.join(map(str, v))} on ranks {ranks}" for v, ranks in sorted(releases.items()))
         raise DistBackendError(f"cannot create the NCCL communicator for {what}: the ranks loaded different NCCL "
