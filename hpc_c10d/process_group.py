@@ -110,6 +110,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._wrap: Callable[[Transport], Transport] | None = None
         self._seq = 0  # collectives started on this group (the same count on every member)
         self._p2p_seq = 0  # sends and receives started on this group
+        self._gpu_watch: Any = None  # another NCCL serving this group (torch's, behind "hpc"), for the watchdog
         self.bound_device_id: Any = None
         self._tag_ub = _tag_upper_bound(comm)
         self._finish_within = finish_within  # for the CPU transport's blocking calls (Transport.finish_within)

@@ -28,8 +28,8 @@ from . import flight_recorder
 from .logs import logger
 from .roll_call import MAX_RANKS, RollCall
 
-__all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "Watchdog", "start",
-           "stop", "explain", "raise_in"]
+__all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "report_time", "Watchdog",
+           "start", "stop", "explain", "raise_in"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -235,21 +235,25 @@ class Watchdog:
         ask each group's NCCL transport for an asynchronous error NCCL reports (a peer died, a link
         failed; torch's watchdog polls the same) and for its oldest operation still running."""
         for pg in list(_world.groups):
-            gpu: Any = pg._transports.get("cuda")  # NCCL's transport (nccl/backend.py), or wrappers around it
-            if gpu is None:  # none made yet (the watchdog never makes one)
-                continue
-            where = f"group {pg._name!r} ({pg._desc})"
-            failure = gpu._async_failure()
-            if failure is not None and ("gpu-error", id(gpu)) not in self._fired:
-                self._fired.add(("gpu-error", id(gpu)))
-                self._act(f"Watchdog caught an NCCL error in {where}: {failure}", lambda text, gpu=gpu: gpu.abort())
-                continue
-            limit = pg._timeout.total_seconds()
-            stuck = gpu._overdue(limit)
-            if stuck is not None and ("gpu", id(stuck)) not in self._fired:
-                self._fired.add(("gpu", id(stuck)))
-                what = f"{stuck.op_name} on cuda:{stuck._comm.device} in {where}"
-                self._timed_out(what, stuck.age(), limit, lambda text, gpu=gpu: gpu.abort())  # its Work.wait raises
+            for gpu in (pg._transports.get("cuda"), pg._gpu_watch):
+                if gpu is not None:  # none made yet (the watchdog never makes one)
+                    self._check_gpu(pg, gpu)
+
+    def _check_gpu(self, pg: Any, gpu: Any) -> None:
+        """One group's NCCL transport (nccl/backend.py, or wrappers around it), or the other NCCL
+        it watches (``pg._gpu_watch``: torch's, behind backend "hpc")."""
+        where = f"group {pg._name!r} ({pg._desc})"
+        failure = gpu._async_failure()
+        if failure is not None and ("gpu-error", id(gpu)) not in self._fired:
+            self._fired.add(("gpu-error", id(gpu)))
+            self._act(f"Watchdog caught an NCCL error in {where}: {failure}", lambda text: gpu.abort())
+            return
+        limit = pg._timeout.total_seconds()
+        stuck = gpu._overdue(limit)
+        if stuck is not None and ("gpu", id(stuck)) not in self._fired:
+            self._fired.add(("gpu", id(stuck)))
+            what = f"{stuck.op_name} on {stuck.where} in {where}"
+            self._timed_out(what, stuck.age(), limit, lambda text: gpu.abort())  # its Work.wait raises
 
     def _timed_out(self, what: str, waited: float, limit: float, raise_error: Any) -> None:
         self._act(f"Watchdog caught collective operation timeout: {what} has not completed "
@@ -317,6 +321,15 @@ def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
                          [f"what every rank was doing (dumps in {watchdog.directory}):", *report.splitlines()]))
     stream.write(f"[rank {rank}]: aborting the job (set {EXCEPTION_ENV}=0 to let other ranks go on)\n")
     _abort_job(watchdog._MPI)
+
+
+def report_time() -> float:
+    """Seconds the running watchdog may take, after an operation's timeout, to report it and end
+    the job (0 without a watchdog): another library's watchdog on the same operations waits this
+    much longer, so this report, naming the ranks behind, comes first."""
+    if _watchdog is None:
+        return 0.0
+    return _LONGEST_PERIOD + 2 * _watchdog.grace + _FORWARD_S + _ABORT_WAIT_S
 
 
 def _interactive() -> bool:

@@ -129,9 +129,22 @@ class CUDAWork(Work):
 
     def block_host(self) -> None:
         """Block the host until the GPU has finished the operation, within its group's timeout (a
-        poll, so NCCL's asynchronous error ends the wait at once)."""
-        if not self._done:
+        poll, so NCCL's asynchronous error ends the wait at once). An operation that failed at
+        launch, its error raised to its caller then, is waited for without raising it again: the
+        part it launched may still be running."""
+        if self._done:
+            return
+        if self._exception is None:
             self._wait_host(self._comm.timeout_s)
+            return
+        deadline = time.monotonic() + self._comm.timeout_s
+        while not self._passed() and time.monotonic() < deadline and self._comm.async_error() is None:
+            time.sleep(_POLL_S)
+
+    @property
+    def where(self) -> str:
+        """The device it runs on, ``cuda:N``."""
+        return f"cuda:{self._comm.device}"
 
     def age(self) -> float:
         """Seconds since the operation was queued."""

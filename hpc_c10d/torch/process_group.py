@@ -9,6 +9,8 @@ docs/architecture.md, "torch.distributed backend plugin".
 
 from __future__ import annotations
 
+import functools
+import time
 import weakref
 from datetime import timedelta
 from functools import partial
@@ -35,6 +37,7 @@ from .devices import BACKEND_NAME, devices
 from .ops import PLAIN_OPS, as_view, as_views, to_hpc_op
 from .rendezvous import close_stores
 from .sparse import all_reduce_sparse
+from .torch_nccl import TorchNCCL, bfloat16_premul_as_sum, torch_nccl
 from .version import has_shrink_helpers, python_backends
 from .work import TorchWork, wait_within
 
@@ -50,6 +53,7 @@ _Base: Any = _TorchBackend if PER_DEVICE_BACKEND else dist.ProcessGroup
 class ProcessFailedError(_ProcessFailedError, dist.DistBackendError):
     """hpc_c10d's ProcessFailedError as torch's DistBackendError, for backend "hpc"."""
 
+_P2P_NAMES = ("send", "recv")
 _NO_TIME = timedelta(0)  # torch's options carry -1 ms for "the group's timeout"
 _SUM = dist.ReduceOp.RedOpType.SUM
 # Defaults for callers that pass no options; never mutated here.
@@ -81,6 +85,36 @@ def _list(lists: Sequence[Any], name: str) -> Any:
     return as_views(one_tensor(lists, name))
 
 
+def _on_cuda(pick: Callable[[tuple], Any],
+             premul: tuple[int, int, bool] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Send a method's calls on CUDA tensors to torch's ProcessGroupNCCL, where the group has one
+    (its method of the same name); ``pick`` finds the tensor whose device decides. A reduction
+    names in ``premul`` where its options and inputs are, and whether it reduces in place
+    (``bfloat16_premul_as_sum``)."""
+    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
+        name = method.__name__
+
+        @functools.wraps(method)
+        def forwarding(self: ProcessGroupHPC, *args: Any, **kwargs: Any) -> Any:
+            cuda = self._cuda
+            if cuda is not None:
+                tensor = pick(args)
+                if tensor.is_cuda:
+                    return self._on_torch_nccl(cuda, name, tensor, args, kwargs, premul)
+            return method(self, *args, **kwargs)
+
+        return forwarding
+    return decorate
+
+
+_first = _on_cuda(lambda args: args[0][0])  # the first tensor of the first list
+_second = _on_cuda(lambda args: args[1][0])  # the first input tensor, after the outputs
+_output = _on_cuda(lambda args: args[0])  # one output tensor
+_reduced_in_place = _on_cuda(lambda args: args[0][0], premul=(1, 0, True))  # (tensors, opts)
+_reduce_scattered = _on_cuda(lambda args: args[0][0], premul=(2, 1, False))  # (outputs, input lists, opts)
+_reduce_scattered_base = _on_cuda(lambda args: args[0], premul=(2, 1, False))  # (output, input, opts)
+
+
 def _root_tensor(opts: Any, name: str) -> int:
     if opts.rootTensor != 0:
         raise ValueError(f"{name}: rootTensor must be 0 (one tensor per process), got {opts.rootTensor}")
@@ -110,7 +144,8 @@ class ProcessGroupHPC(_Base):
     """torch's backend "hpc": collectives on an MPI communicator through hpc_c10d (a per-device
     ``Backend`` on torch >= 2.14, else a ``ProcessGroup``; ``hpc_backend(group)`` finds it)."""
 
-    def __init__(self, comm: Any, global_ranks: Sequence[int], group_name: str, timeout: timedelta) -> None:
+    def __init__(self, comm: Any, global_ranks: Sequence[int], group_name: str, timeout: timedelta,
+                 store: Any = None) -> None:
         super().__init__(comm.Get_rank(), comm.Get_size())
         ranks = list(global_ranks) or list(range(comm.Get_size()))
         self._comm = comm
@@ -124,6 +159,15 @@ class ProcessGroupHPC(_Base):
         self._is_world = not global_ranks
         adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
         self._finished = TorchWork(None, [])  # see _finished_work
+        # CUDA tensors: torch's own ProcessGroupNCCL over the group's MPI store, else hpc_c10d's transport
+        self._cuda = torch_nccl(store, comm.Get_rank(), comm.Get_size(), global_ranks, group_name, timeout)
+        self._inner._gpu_watch = self._cuda
+
+    @property
+    def cuda_path(self) -> str:
+        """Where the group's CUDA tensors go: ``"nccl"`` (torch's ProcessGroupNCCL) or ``"hpc"``
+        (hpc_c10d's NCCL transport)."""
+        return "hpc" if self._cuda is None else "nccl"
 
     # ---- identity (torch's functional collectives look groups up by name) ----------------------
     def name(self) -> str:
@@ -183,6 +227,7 @@ class ProcessGroupHPC(_Base):
         return f"<ProcessGroupHPC {self.group_name!r} rank {self.rank()}/{self.size()}>"
 
     # ---- collectives -----------------------------------------------------------------------
+    @_reduced_in_place
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = _ALLREDUCE) -> TorchWork:
         """All-reduce one tensor in place."""
         tensor = as_view(tensors[0]) if len(tensors) == 1 else _tensor(tensors, "allreduce")  # _tensor, inlined
@@ -204,22 +249,26 @@ class ProcessGroupHPC(_Base):
         all_reduce_sparse(self._comm, tensor, self._limit(opts), f"allreduce (sparse) in group {self.group_name!r}")
         return TorchWork(None, [tensor])
 
+    @_first
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = _ALLREDUCE_COALESCED) -> TorchWork:
         """All-reduce each tensor in place."""
         op = to_hpc_op(opts.reduceOp)
         works = [self._inner._all_reduce(as_view(t), op, True) for t in tensors]
         return self._coalesced(works, tensors, opts, "allreduce_coalesced")
 
+    @_first
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = _BROADCAST) -> TorchWork:
         """Broadcast one tensor from group rank ``opts.rootRank``."""
         return self._issued(opts, tensors, self._inner._broadcast, _tensor(tensors, "broadcast"),
                             _root_tensor(opts, "broadcast"))
 
+    @_reduced_in_place
     def reduce(self, tensors: list[torch.Tensor], opts: Any = _REDUCE) -> TorchWork:
         """Reduce one tensor onto group rank ``opts.rootRank``."""
         return self._issued(opts, tensors, self._inner._reduce, _tensor(tensors, "reduce"),
                             _root_tensor(opts, "reduce"), to_hpc_op(opts.reduceOp))
 
+    @_second
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into a list on every rank."""
@@ -232,6 +281,7 @@ class ProcessGroupHPC(_Base):
         work = self._inner.allgather_coalesced([as_views(outs) for outs in output_lists], as_views(input_tensors))
         return self._started(work, output_lists, opts, "allgather_coalesced")
 
+    @_output
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = _ALLGATHER) -> TorchWork:
         """Gather every rank's tensor into one output tensor (input may be this rank's block of it)."""
         return self._issued(opts, [output], self._inner._all_gather_into_tensor, as_view(output), as_view(input))
@@ -242,11 +292,14 @@ class ProcessGroupHPC(_Base):
                                         opts: Any = _ALLGATHER) -> TorchWork:
         """``_allgather_base`` for each (output, input) pair."""
         pairs = self._pairs(outputs, inputs, "allgather_into_tensor_coalesced")
+        if self._cuda is not None and pairs and pairs[0][0].is_cuda:
+            return self._together_on_cuda([("_allgather_base", (o, i, opts)) for o, i in pairs], pairs[0][0])
         works = [self._inner._all_gather_into_tensor(as_view(o), as_view(i), True) for o, i in pairs]
         return self._coalesced(works, outputs, opts, "allgather_into_tensor_coalesced")
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
+    @_second
     def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                opts: Any = _GATHER) -> TorchWork:
         """Gather every rank's tensor into a list on group rank ``opts.rootRank``."""
@@ -254,6 +307,7 @@ class ProcessGroupHPC(_Base):
         return self._issued(opts, output_tensors, self._inner._gather, _tensor(input_tensors, "gather"), outputs,
                             opts.rootRank)
 
+    @_first
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = _SCATTER) -> TorchWork:
         """Scatter a list from group rank ``opts.rootRank``, one tensor per rank."""
@@ -261,6 +315,7 @@ class ProcessGroupHPC(_Base):
         return self._issued(opts, output_tensors, self._inner._scatter, _tensor(output_tensors, "scatter"), inputs,
                             opts.rootRank)
 
+    @_reduce_scattered
     def reduce_scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                        opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce a list of tensors, one per rank, and give each rank its own."""
@@ -268,6 +323,7 @@ class ProcessGroupHPC(_Base):
         return self._issued(opts, output_tensors, self._inner._reduce_scatter, output,
                             _list(input_tensors, "reduce_scatter"), to_hpc_op(opts.reduceOp))
 
+    @_reduce_scattered_base
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor,
                              opts: Any = _REDUCE_SCATTER) -> TorchWork:
         """Reduce one tensor over the group and give each rank its block."""
@@ -281,11 +337,14 @@ class ProcessGroupHPC(_Base):
         """``_reduce_scatter_base`` for each (output, input) pair."""
         op = to_hpc_op(opts.reduceOp)
         pairs = self._pairs(outputs, inputs, "reduce_scatter_tensor_coalesced")
+        if self._cuda is not None and pairs and pairs[0][0].is_cuda:
+            return self._together_on_cuda([("_reduce_scatter_base", (o, i, opts)) for o, i in pairs], pairs[0][0])
         works = [self._inner._reduce_scatter_tensor(as_view(o), as_view(i), op, True) for o, i in pairs]
         return self._coalesced(works, outputs, opts, "reduce_scatter_tensor_coalesced")
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
+    @_output
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
                       input_split_sizes: list[int], opts: Any = _ALLTOALL) -> TorchWork:
         """Exchange blocks of one tensor (split along dim 0) with every rank."""
@@ -294,6 +353,7 @@ class ProcessGroupHPC(_Base):
 
     all_to_all_single = alltoall_base
 
+    @_first
     def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
                  opts: Any = _ALLTOALL) -> TorchWork:
         """Send ``input_tensors[i]`` to rank i and receive ``output_tensors[i]`` from it."""
@@ -301,14 +361,20 @@ class ProcessGroupHPC(_Base):
                             as_views(input_tensors))
 
     def barrier(self, opts: Any = _BARRIER) -> TorchWork:
-        """Wait until every rank of the group arrives."""
+        """Wait until every rank of the group arrives (after the group's CUDA operations, where
+        torch's NCCL ran any: its barrier, as on backend "nccl")."""
+        cuda = self._cuda
+        if cuda is not None and cuda.used:
+            return cuda.backend.barrier(opts)
         return self._issued(opts, [], self._inner._barrier)
 
     # ---- point to point (always nonblocking, as torch's backends are) -------------------------
+    @_first
     def send(self, tensors: list[torch.Tensor], dstRank: int, tag: int) -> TorchWork:  # noqa: N803 - torch's names
         """Start sending one tensor to group rank ``dstRank``."""
         return self._p2p(self._inner._send(_tensor(tensors, "send"), dstRank, tag, True), tensors)
 
+    @_first
     def recv(self, tensors: list[torch.Tensor], srcRank: int, tag: int) -> TorchWork:  # noqa: N803
         """Start receiving one tensor from group rank ``srcRank``."""
         return self._p2p(self._inner._recv(_tensor(tensors, "recv"), srcRank, tag, True), tensors)
@@ -320,6 +386,9 @@ class ProcessGroupHPC(_Base):
     def batch_p2p(self, ops: list[tuple[bool, torch.Tensor, int, int]]) -> list[TorchWork]:
         """Start every (is_send, tensor, group peer, tag) together: on CUDA tensors one NCCL group,
         so a ring of sends and receives cannot wait on itself (torch's ``batch_isend_irecv``)."""
+        if self._cuda is not None and ops and ops[0][1].is_cuda:
+            calls = [("send" if is_send else "recv", ([t], peer, tag)) for is_send, t, peer, tag in ops]
+            return [self._together_on_cuda(calls, ops[0][1])] * len(ops)
         works = self._inner._batch_p2p([(is_send, as_view(t), peer, tag) for is_send, t, peer, tag in ops])
         return [self._p2p(work, [t]) for work, (_, t, _, _) in zip(works, ops)]
 
@@ -328,6 +397,8 @@ class ProcessGroupHPC(_Base):
         """Free the group's communicator, and for the default group the rendezvous store
         (``destroy_process_group`` calls this)."""
         if self._inner._comm is not None:
+            if self._cuda is not None:
+                self._cuda.shutdown()
             disown(self._inner)
             self._inner._destroy()
             if self._is_world:
@@ -338,10 +409,46 @@ class ProcessGroupHPC(_Base):
     def _leave(self) -> None:
         """Drop the group without communicating on it (``shrink_group``: it may hold dead ranks)."""
         if self._inner._comm is not None:
+            if self._cuda is not None:
+                self._cuda.abort()
             disown(self._inner)
             drop(self._inner)
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _on_torch_nccl(self, cuda: TorchNCCL, name: str, tensor: torch.Tensor, args: tuple, kwargs: dict,
+                       premul: tuple[int, int, bool] | None) -> Any:
+        """Call torch's NCCL's method ``name`` (a bfloat16 PREMUL_SUM as SUM of scaled inputs,
+        which torch 2.11's gets wrong) and return its work."""
+        rewritten = None if premul is None else bfloat16_premul_as_sum(args, *premul)
+        if rewritten is None:
+            return self._forwarded(cuda, name, tensor, getattr(cuda.backend, name)(*args, **kwargs))
+        scaled, op = rewritten
+        try:
+            return self._forwarded(cuda, name, tensor, getattr(cuda.backend, name)(*scaled, **kwargs))
+        finally:
+            scaled[cast(tuple, premul)[0]].reduceOp = op
+
+    def _forwarded(self, cuda: TorchNCCL, name: str, tensor: torch.Tensor, work: Any) -> Any:
+        """Note an operation handed to torch's NCCL, and return its ``work``: the group's count of
+        operations (dumps compare ranks by it) goes up, and the watchdog sees it as the latest."""
+        if name in _P2P_NAMES:
+            self._inner._p2p_seq += 1
+        else:
+            self._inner._seq += 1
+        cuda.latest = (work, name, time.monotonic(), tensor.get_device())
+        cuda.used = True
+        return work
+
+    def _together_on_cuda(self, calls: list[tuple[str, tuple]], tensor: torch.Tensor) -> Any:
+        """Run ``calls`` (method name, arguments) of torch's NCCL as one coalesced group (one
+        NCCL group call), and return its one work."""
+        cuda = cast(TorchNCCL, self._cuda)
+        backend = cuda.backend
+        backend._start_coalescing()
+        for name, args in calls:
+            getattr(backend, name)(*args)
+        return self._forwarded(cuda, calls[0][0], tensor, backend._end_coalescing())
+
     @staticmethod
     def _pairs(outputs: list, inputs: list, name: str) -> list:
         if len(outputs) != len(inputs):

@@ -26,7 +26,7 @@ def _create(options: Any, backend_options: Any) -> Any:
     claim_for_mpi(options.store)  # an env:// store under MASTER_ADDR/MASTER_PORT: MPI's, no port
     ranks = list(options.global_ranks_in_group)
     comm = group_communicator(ranks, options.group_rank, options.group_size)
-    backend = ProcessGroupHPC(comm, ranks, options.group_id, options.timeout)
+    backend = ProcessGroupHPC(comm, ranks, options.group_id, options.timeout, options.store)
     return backend._held_by(options.process_group) if PER_DEVICE_BACKEND else backend
 
 

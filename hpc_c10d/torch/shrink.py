@@ -52,7 +52,7 @@ def _new_group(comm: Any, ranks: list[int], name: str, timeout: timedelta, store
     (torch >= 2.14) torch's ProcessGroup with it as the backend of each device it serves."""
     from .process_group import PER_DEVICE_BACKEND, ProcessGroupHPC
 
-    backend = ProcessGroupHPC(comm, ranks, name, timeout)
+    backend = ProcessGroupHPC(comm, ranks, name, timeout, store)
     if not PER_DEVICE_BACKEND:
         return backend
     pg = dist.ProcessGroup(store, backend.rank(), backend.size())

@@ -111,7 +111,11 @@ STEPS = (
     Step("nccl-gpu-tests", "check", True, 240, _mpi(1, *_pytest("tests/gpu/test_nccl_gpu.py")), Expect(64, 2)),
     Step("one-gpu-two-ranks", "check", True, 120,
          _mpi(2, *_pytest("tests/gpu/test_nccl_gpu.py", "-k", "two_ranks_on_one_gpu")), Expect(1, 0)),
-    Step("torch-cuda-tests", "check", True, 180, _mpi(1, *_pytest("tests/gpu/test_torch_cuda.py")), Expect(11, 0)),
+    Step("torch-path", "check", True, 90, _mpi(1, "{python}", PROBES, "torch_path")),
+    Step("torch-cuda-tests", "check", True, 180, _mpi(1, *_pytest("tests/gpu/test_torch_cuda.py")), Expect(13, 0)),
+    # the same tests on hpc_c10d's own NCCL transport, which HPC_C10D_TORCH_CUDA=hpc chooses
+    Step("torch-cuda-tests-hpc", "check", True, 180,
+         ("env", "HPC_C10D_TORCH_CUDA=hpc", *_mpi(1, *_pytest("tests/gpu/test_torch_cuda.py"))), Expect(13, 0)),
     Step("checkpoint-gpu", "check", True, 90, _mpi(1, *_pytest("tests/tools/test_checkpoint.py", "-k", "gpu_arrays")),
          Expect(1, 0)),
     Step("gpus-md-snippet", "check", True, 90, _mpi(1, "{python}", PROBES, "gpus_md")),

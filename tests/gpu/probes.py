@@ -6,6 +6,7 @@
     python tests/gpu/probes.py cupy             # CuPy compiles and runs a kernel (NVRTC), the GPU is shared
     mpiexec -n 1 python tests/gpu/probes.py nccl     # a one-rank NCCL communicator through hpc_c10d
     mpiexec -n 1 python tests/gpu/probes.py gpus_md  # docs/gpus.md's example, as written
+    mpiexec -n 1 python tests/gpu/probes.py torch_path  # a torch CUDA all_reduce on "hpc", and its path
 
 Each prints ``<probe> ok`` (with what it saw) when everything it checks held. A probe that needs
 a GPU and finds none says "no CUDA GPU" and exits with 3.
@@ -130,5 +131,31 @@ def gpus_md():
     print(f"gpus_md ok: the example ran on cuda:{scope['device']}")
 
 
+def torch_path():
+    """torch's default group on backend "hpc" all-reduces a CUDA tensor, on the path
+    ``HPC_C10D_TORCH_CUDA`` chooses (torch's ProcessGroupNCCL unless it says ``hpc``), and is
+    destroyed without a warning."""
+    gpu_or_exit()
+    import warnings
+
+    import torch
+    import torch.distributed as tdist
+
+    from hpc_c10d.torch import hpc_backend
+    from hpc_c10d.torch.torch_nccl import cuda_path
+
+    tdist.init_process_group("hpc")
+    torch.cuda.set_device(tdist.get_rank() % torch.cuda.device_count())
+    x = torch.ones(1 << 20, device="cuda")
+    tdist.all_reduce(x)
+    assert x.eq(tdist.get_world_size()).all().item()
+    path = hpc_backend().cuda_path
+    assert path == cuda_path(), (path, cuda_path())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tdist.destroy_process_group()
+    print(f"torch_path ok: a CUDA all_reduce on backend 'hpc' took the {path!r} path")
+
+
 if __name__ == "__main__":
-    {f.__name__: f for f in (environment, mpi, cupy, nccl, gpus_md)}[sys.argv[1]]()
+    {f.__name__: f for f in (environment, mpi, cupy, nccl, gpus_md, torch_path)}[sys.argv[1]]()

@@ -19,7 +19,7 @@ import device_steps as device  # noqa: E402
 import gpu_report  # noqa: E402
 import training_rounds  # noqa: E402
 
-GPU_TESTS = ["nccl-gpu-tests", "one-gpu-two-ranks", "torch-cuda-tests", "checkpoint-gpu"]
+GPU_TESTS = ["nccl-gpu-tests", "one-gpu-two-ranks", "torch-cuda-tests", "torch-cuda-tests-hpc", "checkpoint-gpu"]
 
 
 def test_every_step_is_named_timed_and_placed():

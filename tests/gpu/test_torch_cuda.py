@@ -1,7 +1,9 @@
-"""torch CUDA tensors through backend "hpc" (its NCCL transport), and torch's own NCCL beside it.
+"""torch CUDA tensors through backend "hpc", and torch's own NCCL beside it.
 
-They need a CUDA build of torch, one GPU per rank, CuPy and NCCL, and skip with the reason
-otherwise. On a one-GPU machine they run at world size 1 (tests/gpu/device_run.sh does):
+The path is the one ``HPC_C10D_TORCH_CUDA`` chooses: torch's ProcessGroupNCCL over the MPI store
+(``nccl``, the default) or hpc_c10d's NCCL transport (``hpc``); tests/gpu/device_run.sh runs the
+file under each. They need a CUDA build of torch and one GPU per rank (and for ``hpc`` CuPy and
+NCCL), and skip with the reason otherwise. On a one-GPU machine they run at world size 1:
 ``mpiexec -n 1 python -m pytest --with-mpi -m mpi tests/gpu/test_torch_cuda.py``. Outputs start out
 filled with a sentinel, so an operation that moves nothing fails even where one rank's result
 equals its input.
@@ -16,10 +18,13 @@ if not torch.cuda.is_available():
     pytest.skip(f"no CUDA GPU (torch {torch.__version__} sees none)", allow_module_level=True)
 
 from hpc_c10d.nccl import cuda, library  # noqa: E402
+from hpc_c10d.torch import hpc_backend  # noqa: E402
+from hpc_c10d.torch.torch_nccl import cuda_path  # noqa: E402
 
-if cuda.visible_devices()[0] == 0 or not library.available():
-    pytest.skip("backend 'hpc' moves CUDA tensors with CuPy and NCCL (pip install cupy-cuda13x nvidia-nccl-cu13)",
-                allow_module_level=True)
+PATH = cuda_path()
+if PATH == "hpc" and (cuda.visible_devices()[0] == 0 or not library.available()):
+    pytest.skip("hpc_c10d's NCCL transport moves CUDA tensors with CuPy and NCCL (pip install cupy-cuda13x "
+                "nvidia-nccl-cu13)", allow_module_level=True)
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SENTINEL = -7.0
@@ -35,6 +40,34 @@ def device():
     index = tdist.get_rank() % count
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+def test_the_group_takes_the_chosen_path(device):
+    assert hpc_backend().cuda_path == PATH
+    x = _full(1, torch.float32, device)
+    tdist.all_reduce(x)
+    assert x.eq(tdist.get_world_size()).all().item()
+    if PATH == "nccl":
+        assert hpc_backend()._cuda.latest[1] == "allreduce"  # it went to torch's ProcessGroupNCCL
+
+
+def test_coalesced_and_batched_calls(device):
+    rank, size = _ranks()
+    outs = [_full(SENTINEL, torch.float32, device, 2 * size) for _ in range(2)]
+    ins = [_full(rank + k, torch.float32, device, 2) for k in range(2)]
+    with tdist._coalescing_manager(async_ops=True) as manager:
+        for out, inp in zip(outs, ins):
+            tdist.all_gather_into_tensor(out, inp)
+    manager.wait()
+    for k, out in enumerate(outs):
+        assert out.view(size, 2)[:, 0].tolist() == [float(r + k) for r in range(size)]
+    got = _full(SENTINEL, torch.float32, device)
+    ops = [tdist.P2POp(tdist.isend, _full(rank + 3, torch.float32, device), (rank + 1) % size),
+           tdist.P2POp(tdist.irecv, got, (rank - 1) % size)]
+    if size > 1:
+        for work in tdist.batch_isend_irecv(ops):
+            work.wait()
+        assert got.eq((rank - 1) % size + 3).all().item()
 
 
 def _ranks():
