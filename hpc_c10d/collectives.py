@@ -13,7 +13,7 @@ from typing import Any
 
 from .process_group import ProcessGroup
 from .reduce_op import ReduceOp
-from .state import _world, default_group, resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
+from .state import _world, default_group, group_and_rank, resolve_group, to_group_rank, warn_not_in_group
 from .work import Work, combine_works
 
 __all__ = [
@@ -30,7 +30,7 @@ def _member(group: Any, op_name: str) -> ProcessGroup | None:
         return pg if pg is not None else default_group()
     pg = resolve_group(group)
     if pg is None:
-        warn_not_in_group(op_name)
+        warn_not_in_group(op_name, stacklevel=4)  # the line that called the operation
     return pg
 
 
@@ -48,26 +48,16 @@ def all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: ProcessGroup | None =
 def broadcast(tensor: Any, src: int | None = None, group: ProcessGroup | None = None,
               async_op: bool = False, group_src: int | None = None) -> Work | None:
     """Copy ``src``'s tensor into every rank's tensor."""
-    pg = world_if_rank_in_it(group, src, group_src)
-    if pg is not None:  # the hot path; elsewhere the general path resolves src and says what is wrong
-        return pg._broadcast(tensor, src, async_op)
-    pg = _member(group, "broadcast")
-    if pg is None:
-        return None
-    return pg._broadcast(tensor, to_group_rank(pg, src, group_src, "src"), async_op)
+    pg, root = group_and_rank(group, src, group_src, "broadcast", "src")
+    return None if pg is None else pg._broadcast(tensor, root, async_op)
 
 
 def reduce(tensor: Any, dst: int | None = None, op: Any = ReduceOp.SUM,
            group: ProcessGroup | None = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Reduce ``tensor`` over the group into ``dst``'s tensor; other ranks' stay unchanged."""
-    pg = world_if_rank_in_it(group, dst, group_dst)
-    if pg is not None:  # the hot path, as in broadcast
-        return pg._reduce(tensor, dst, op, async_op)
-    pg = _member(group, "reduce")
-    if pg is None:
-        return None
-    return pg._reduce(tensor, to_group_rank(pg, dst, group_dst, "dst"), op, async_op)
+    pg, root = group_and_rank(group, dst, group_dst, "reduce", "dst")
+    return None if pg is None else pg._reduce(tensor, root, op, async_op)
 
 
 def all_gather(tensor_list: list, tensor: Any, group: ProcessGroup | None = None,
@@ -88,13 +78,8 @@ def gather(tensor: Any, gather_list: list | None = None, dst: int | None = None,
            group: ProcessGroup | None = None, async_op: bool = False,
            group_dst: int | None = None) -> Work | None:
     """Gather every rank's tensor into ``gather_list`` on ``dst`` (default: rank 0)."""
-    pg = world_if_rank_in_it(group, dst, group_dst)
-    if pg is not None:  # the hot path, as in broadcast
-        return pg._gather(tensor, gather_list, dst, async_op)
-    pg = _member(group, "gather")
-    if pg is None:
-        return None
-    return pg._gather(tensor, gather_list, to_group_rank(pg, dst, group_dst, "dst", 0), async_op)
+    pg, root = group_and_rank(group, dst, group_dst, "gather", "dst", 0)
+    return None if pg is None else pg._gather(tensor, gather_list, root, async_op)
 
 
 def gather_single(tensor: Any, gather_tensor: Any = None, dst: int | None = None,
@@ -118,13 +103,8 @@ def scatter(tensor: Any, scatter_list: list | None = None, src: int | None = Non
             group: ProcessGroup | None = None, async_op: bool = False,
             group_src: int | None = None) -> Work | None:
     """Send ``scatter_list[i]`` from ``src`` (default: rank 0) to rank i's tensor."""
-    pg = world_if_rank_in_it(group, src, group_src)
-    if pg is not None:  # the hot path, as in broadcast
-        return pg._scatter(tensor, scatter_list, src, async_op)
-    pg = _member(group, "scatter")
-    if pg is None:
-        return None
-    return pg._scatter(tensor, scatter_list, to_group_rank(pg, src, group_src, "src", 0), async_op)
+    pg, root = group_and_rank(group, src, group_src, "scatter", "src", 0)
+    return None if pg is None else pg._scatter(tensor, scatter_list, root, async_op)
 
 
 def reduce_scatter(output: Any, input_list: list, op: Any = ReduceOp.SUM,

@@ -9,71 +9,39 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .process_group import ProcessGroup
-from .state import resolve_group, to_group_rank, warn_not_in_group, world_if_rank_in_it
+from .state import group_and_rank, resolve_group, to_group_rank, warn_not_in_group
 from .work import Work
 
 __all__ = ["send", "recv", "isend", "irecv", "P2POp", "batch_isend_irecv"]
 
 
-def _peer(pg: ProcessGroup, rank: int | None, group_rank: int | None, name: str,
-          optional: bool = False) -> int | None:
-    if optional and rank is None and group_rank is None:
-        return None
-    return to_group_rank(pg, rank, group_rank, name)
-
-
 def send(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
          group_dst: int | None = None) -> None:
     """Send ``tensor`` to ``dst``; returns once the buffer may be reused."""
-    pg = world_if_rank_in_it(group, dst, group_dst)
-    if pg is not None:  # the hot path: dst is a group rank as it is
-        pg._send(tensor, dst, tag, False)
-        return
-    pg = resolve_group(group)
-    if pg is None:
-        warn_not_in_group("send")
-        return
-    pg._send(tensor, _peer(pg, dst, group_dst, "dst"), tag, False)
+    pg, peer = group_and_rank(group, dst, group_dst, "send", "dst")
+    if pg is not None:
+        pg._send(tensor, peer, tag, False)
 
 
 def recv(tensor: Any, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
          group_src: int | None = None) -> int:
     """Receive into ``tensor`` from ``src`` (any rank if None); return the sender's global rank."""
-    pg = world_if_rank_in_it(group, src, group_src)
-    if pg is not None:  # the hot path: src is a group rank as it is, and the sender's too
-        return pg._recv(tensor, src, tag, False)
-    pg = resolve_group(group)
-    if pg is None:
-        warn_not_in_group("recv")
-        return -1
-    source = pg._recv(tensor, _peer(pg, src, group_src, "src", optional=True), tag, False)
-    return pg.global_rank(source)
+    pg, peer = group_and_rank(group, src, group_src, "recv", "src", any_source=True)
+    return -1 if pg is None else pg.global_rank(pg._recv(tensor, peer, tag, False))
 
 
 def isend(tensor: Any, dst: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
           group_dst: int | None = None) -> Work | None:
     """Start sending ``tensor`` to ``dst``; return a Work."""
-    pg = world_if_rank_in_it(group, dst, group_dst)
-    if pg is not None:  # the hot path, as in send
-        return pg._send(tensor, dst, tag, True)
-    pg = resolve_group(group)
-    if pg is None:
-        warn_not_in_group("isend")
-        return None
-    return pg._send(tensor, _peer(pg, dst, group_dst, "dst"), tag, True)
+    pg, peer = group_and_rank(group, dst, group_dst, "isend", "dst")
+    return None if pg is None else pg._send(tensor, peer, tag, True)
 
 
 def irecv(tensor: Any, src: int | None = None, group: ProcessGroup | None = None, tag: int = 0,
           group_src: int | None = None) -> Work | None:
     """Start receiving into ``tensor`` from ``src`` (any rank if None); return a Work."""
-    pg = world_if_rank_in_it(group, src, group_src)
-    if pg is not None:  # the hot path, as in send
-        return pg._recv(tensor, src, tag, True)
-    pg = resolve_group(group)
-    if pg is None:
-        warn_not_in_group("irecv")
-        return None
-    return pg._recv(tensor, _peer(pg, src, group_src, "src", optional=True), tag, True)
+    pg, peer = group_and_rank(group, src, group_src, "irecv", "src", any_source=True)
+    return None if pg is None else pg._recv(tensor, peer, tag, True)
 
 
 class P2POp:

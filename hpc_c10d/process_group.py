@@ -292,14 +292,24 @@ class ProcessGroup(TorchProcessGroupAPI):
                 output.size == input.size * self._size):
             self._seq += 1
             return t.allgather(output, input, async_op, output)
-        t = self._transport_of_all("all_gather_into_tensor", output_tensor=[output], input_tensor=[input])
-        out, inp = t.adapt_output(output, "output_tensor"), t.adapt_input(input, "input_tensor")
-        _same_dtype([out, inp], "all_gather_into_tensor")
-        if out.size != inp.size * self._size:
-            raise ValueError(f"all_gather_into_tensor: output has {out.size} elements, expected "
-                             f"group size {self._size} x input's {inp.size}")
+        t, out, inp = self._one_tensor_each("all_gather_into_tensor", output, input, "output_tensor", "input_tensor")
         self._seq += 1
         return t.allgather(out, inp, async_op, output)
+
+    def _one_tensor_each(self, name, output, input, output_name, input_name):
+        """The general path of the one-tensor gather and reduce-scatter: their transport and arrays,
+        checked (one dtype; the whole, the output of a gather or the input of a reduce-scatter,
+        holding the group's size times the other)."""
+        t = self._transport_of_all(name, **{output_name: [output], input_name: [input]})
+        out, inp = t.adapt_output(output, output_name), t.adapt_input(input, input_name)
+        _same_dtype([out, inp], name)
+        gathers = name.startswith("all_gather")
+        whole, part = (out, inp) if gathers else (inp, out)
+        whole_name, part_name = ("output", "input") if gathers else ("input", "output")
+        if whole.size != part.size * self._size:
+            raise ValueError(f"{name}: {whole_name} has {whole.size} elements, expected "
+                             f"group size {self._size} x {part_name}'s {part.size}")
+        return t, out, inp
 
     def _root_only_list(self, values, is_root, name, role):
         """The list a rooted operation takes on its root only: checked there, absent elsewhere."""
@@ -380,12 +390,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             self._seq += 1
             return t.reduce_scatter(output, input, op, async_op, output)
         check_reduce_op(op, "reduce_scatter_tensor")
-        t = self._transport_of_all("reduce_scatter_tensor", output=[output], input=[input])
-        out, inp = t.adapt_output(output, "output"), t.adapt_input(input, "input")
-        _same_dtype([out, inp], "reduce_scatter_tensor")
-        if inp.size != out.size * self._size:
-            raise ValueError(f"reduce_scatter_tensor: input has {inp.size} elements, expected "
-                             f"group size {self._size} x output's {out.size}")
+        t, out, inp = self._one_tensor_each("reduce_scatter_tensor", output, input, "output", "input")
         self._seq += 1
         return t.reduce_scatter(out, inp, op, async_op, output)
 

@@ -97,10 +97,11 @@ def resolve_group(grp: Any) -> ProcessGroup | None:
     raise TypeError(f"Expecting a ProcessGroup, but got a {type(grp).__name__}.")
 
 
-def warn_not_in_group(op_name: str) -> None:
-    """Warn, as torch does, that a non-member called a collective (which does nothing)."""
+def warn_not_in_group(op_name: str, stacklevel: int = 3) -> None:
+    """Warn, as torch does, that a non-member called a collective (which does nothing); the
+    warning names the line ``stacklevel`` frames up (3: the caller's caller)."""
     warnings.warn(f"Running {op_name} on global rank {default_group().rank()} "
-                  "which does not belong to the given group.", stacklevel=3)
+                  "which does not belong to the given group.", stacklevel=stacklevel)
 
 
 def world_if_rank_in_it(group: Any, global_rank: Any, group_rank: Any) -> ProcessGroup | None:
@@ -112,6 +113,24 @@ def world_if_rank_in_it(group: Any, global_rank: Any, group_rank: Any) -> Proces
         if pg is not None and 0 <= global_rank < pg._size:
             return pg
     return None
+
+
+def group_and_rank(group: Any, global_rank: Any, group_rank: Any, op_name: str, name: str,
+                   default: int | None = None, any_source: bool = False) -> tuple[ProcessGroup | None, Any]:
+    """A call's group and the group rank of its root or peer (``src``/``dst``, or ``group_src``/
+    ``group_dst``): the default group and ``global_rank`` as it is where ``world_if_rank_in_it``
+    allows (the hot path), else ``to_group_rank``'s answer (``default`` when both are None, or None
+    for ``any_source``). (None, None), with torch's warning, where this rank is not a member."""
+    pg = world_if_rank_in_it(group, global_rank, group_rank)
+    if pg is not None:
+        return pg, global_rank
+    pg = resolve_group(group)
+    if pg is None:
+        warn_not_in_group(op_name, stacklevel=4)  # the line that called the operation
+        return None, None
+    if any_source and global_rank is None and group_rank is None:
+        return pg, None
+    return pg, to_group_rank(pg, global_rank, group_rank, name, default)
 
 
 def to_group_rank(pg: ProcessGroup, global_rank: int | None, group_rank: int | None,
