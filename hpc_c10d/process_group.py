@@ -312,7 +312,10 @@ class ProcessGroup(TorchProcessGroupAPI):
         return t, out, inp
 
     def _root_only_list(self, values, is_root, name, role):
-        """The list a rooted operation takes on its root only: checked there, absent elsewhere."""
+        """The list a rooted operation takes on its root only: checked there, absent elsewhere. One
+        that is not a list is a TypeError on every rank, root or not, as torch's check makes it."""
+        if values is not None and not isinstance(values, (list, tuple)):
+            _check_list(values, name)
         if is_root:
             if not values:
                 raise ValueError(f"Argument ``{name}`` must be specified on {role} rank.")
@@ -329,6 +332,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             return t.gather_list(gather_list, tensor, root, async_op, gather_list or [])
         root = self._check_root(root, "gather")
         is_root = self._rank == root
+        device_type(tensor, "tensor")  # not an array: the same error on every rank, before the root's list
         gather_list = self._root_only_list(gather_list, is_root, "gather_list", "destination")
         t = self._transport_of_all("gather", tensor=[tensor], gather_list=gather_list or ())
         inp = t.adapt_input(tensor, "tensor")
@@ -363,6 +367,7 @@ class ProcessGroup(TorchProcessGroupAPI):
             return t.scatter_list(tensor, scatter_list, root, async_op, tensor)
         root = self._check_root(root, "scatter")
         is_root = self._rank == root
+        device_type(tensor, "tensor")  # as in _gather
         scatter_list = self._root_only_list(scatter_list, is_root, "scatter_list", "source")
         t = self._transport_of_all("scatter", tensor=[tensor], scatter_list=scatter_list or ())
         out = t.adapt_output(tensor, "tensor")

@@ -48,7 +48,10 @@ def _plain(text: str) -> str:
 
 
 # pytest's closing line, "=== 63 passed, 2 skipped in 9.81s ===" (bare under -q)
-_PYTEST_COUNTS = re.compile(r"^(?:=+ )?(?P<counts>\d+ [a-z]+(?:, \d+ [a-z]+)*) in [\d.]+s\b", re.M)
+# Two ranks may print theirs on one line ("1 skipped in 0.54s1 skipped in 0.26s"): a count may
+# also start right after another's "s", and end where the next begins
+_PYTEST_COUNTS = re.compile(r"(?:^|(?<=\ds))(?:=+ )?(?P<counts>\d+ [a-z]+(?:, \d+ [a-z]+)*) in [\d.]+s(?=\d|\W|$)",
+                            re.M)
 
 
 @dataclass(frozen=True)

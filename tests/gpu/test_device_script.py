@@ -64,6 +64,8 @@ def test_summary_lines_read_back(verdict):
     ("===== 63 passed, 1 error in 9.81s =====", False),
     ("1 passed, 64 deselected in 2.00s\n1 passed, 64 deselected in 2.01s", True),  # one line per rank
     ("1 passed, 64 deselected in 2.00s\n1 skipped, 64 deselected in 2.01s", False),
+    ("1 passed, 64 deselected in 2.00s1 passed, 64 deselected in 2.01s", True),  # two ranks' lines run together
+    ("1 passed, 64 deselected in 2.00s1 skipped, 64 deselected in 2.01s", False),
     ("\x1b[32m\x1b[1m63 passed\x1b[0m, \x1b[33m2 skipped\x1b[0m\x1b[32m in 9.81s\x1b[0m", True),  # coloured
     ("Traceback (most recent call last): ...", False),  # no closing line at all
 ])
