@@ -12,7 +12,7 @@ from mpi4py import MPI
 from ..arrays import bfloat16
 from ..reduce_op import RedOpType, _make_nccl_premul_sum
 
-__all__ = ["to_hpc_op", "PLAIN_OPS", "cpu_buffer", "as_view", "as_views", "dtype_code"]
+__all__ = ["to_hpc_op", "premul_factor", "PLAIN_OPS", "cpu_buffer", "as_view", "as_views", "dtype_code"]
 
 _TORCH_OPS = {getattr(dist.ReduceOp.RedOpType, op.name): op for op in RedOpType}
 
@@ -48,8 +48,13 @@ def to_hpc_op(op: Any) -> Any:
         return kind
     if hash(op) != RedOpType.PREMUL_SUM.value:
         raise ValueError(f"backend 'hpc' has no reduction for {op!r}")
-    # torch < 2.13 has no ``factor``: the pickled state holds it
-    return _make_nccl_premul_sum(op.factor if hasattr(op, "factor") else op.__getstate__()[1])
+    return _make_nccl_premul_sum(premul_factor(op))
+
+
+def premul_factor(op: Any) -> Any:
+    """The factor of a torch PREMUL_SUM ``ReduceOp`` (a number or a tensor); torch < 2.13 has no
+    ``factor``, and its pickled state holds it."""
+    return op.factor if hasattr(op, "factor") else op.__getstate__()[1]
 
 
 def cpu_buffer(tensor: torch.Tensor) -> Any:

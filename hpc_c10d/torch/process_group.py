@@ -419,14 +419,15 @@ class ProcessGroupHPC(_Base):
                        premul: tuple[int, int, bool] | None) -> Any:
         """Call torch's NCCL's method ``name`` (a bfloat16 PREMUL_SUM as SUM of scaled inputs,
         which torch 2.11's gets wrong) and return its work."""
+        call = getattr(cuda.backend, name)
         rewritten = None if premul is None else bfloat16_premul_as_sum(args, *premul)
         if rewritten is None:
-            return self._forwarded(cuda, name, tensor, getattr(cuda.backend, name)(*args, **kwargs))
-        scaled, op = rewritten
+            return self._forwarded(cuda, name, tensor, call(*args, **kwargs))
+        scaled, opts, op = rewritten
         try:
-            return self._forwarded(cuda, name, tensor, getattr(cuda.backend, name)(*scaled, **kwargs))
+            return self._forwarded(cuda, name, tensor, call(*scaled, **kwargs))
         finally:
-            scaled[cast(tuple, premul)[0]].reduceOp = op
+            opts.reduceOp = op
 
     def _forwarded(self, cuda: TorchNCCL, name: str, tensor: torch.Tensor, work: Any) -> Any:
         """Note an operation handed to torch's NCCL, and return its ``work``: the group's count of

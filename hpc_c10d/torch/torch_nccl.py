@@ -17,16 +17,13 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _make_nccl_premul_sum
 
 from ..diagnostics import watchdog
+from .ops import premul_factor
 
 __all__ = ["CUDA_ENV", "CHOICES", "cuda_path", "TorchNCCL", "torch_nccl", "bfloat16_premul_as_sum"]
 
 CUDA_ENV = "HPC_C10D_TORCH_CUDA"
 CHOICES = ("nccl", "hpc")
 _PREMUL_SUM = dist.ReduceOp.RedOpType.PREMUL_SUM.value  # a torch ReduceOp hashes to its type's value
-
-
-def _torch_has_nccl() -> bool:
-    return dist.is_nccl_available()
 
 
 def cuda_path() -> str:
@@ -36,10 +33,10 @@ def cuda_path() -> str:
     text = os.environ.get(CUDA_ENV, "").strip().lower()
     if text and text not in CHOICES:
         raise ValueError(f"{CUDA_ENV}={text!r}: use one of {', '.join(CHOICES)}")
-    if text == "nccl" and not _torch_has_nccl():
+    if text == "nccl" and not dist.is_nccl_available():
         raise ValueError(f"{CUDA_ENV}=nccl, but this torch ({torch.__version__}) was built without NCCL; "
                          f"unset it, or set {CUDA_ENV}=hpc for hpc_c10d's NCCL transport")
-    return text or ("nccl" if _torch_has_nccl() else "hpc")
+    return text or ("nccl" if dist.is_nccl_available() else "hpc")
 
 
 class _Stuck:
@@ -113,15 +110,16 @@ def torch_nccl(store: Any, rank: int, size: int, global_ranks: Sequence[int], gr
     return TorchNCCL(dist.ProcessGroupNCCL(prefixed, rank, size, options))
 
 
-def bfloat16_premul_as_sum(args: tuple, opts_at: int, scaled_at: int, in_place: bool) -> tuple[tuple, Any] | None:
-    """The arguments of a reduction that torch's NCCL would get wrong, rewritten as SUM, and the
-    op to put back; else None.
+def bfloat16_premul_as_sum(args: tuple, opts_at: int, scaled_at: int,
+                           in_place: bool) -> tuple[tuple, Any, Any] | None:
+    """The arguments of a reduction that torch's NCCL would get wrong, rewritten as SUM, with its
+    options and the op to put back in them; else None.
 
     torch's NCCL hands NCCL a bfloat16 PREMUL_SUM factor as 4 bytes where NCCL reads 2, so a factor
     such as 0.5 becomes 0 and the result all zeros (pytorch/pytorch#190745, in torch 2.11). Here the
     inputs (``args[scaled_at]``: a tensor or a list of tensors, or of lists) are multiplied by the
     factor first, in place or into new tensors, and ``args[opts_at].reduceOp`` becomes SUM: the
-    caller puts the returned op back after the call.
+    caller puts the returned op back after the call (``opts.reduceOp = op``).
     """
     if len(args) <= opts_at:
         return None
@@ -135,7 +133,7 @@ def bfloat16_premul_as_sum(args: tuple, opts_at: int, scaled_at: int, in_place: 
         first = first[0]
     if first.dtype != torch.bfloat16:
         return None
-    factor = op.factor if hasattr(op, "factor") else op.__getstate__()[1]  # torch < 2.13 pickles it
+    factor = premul_factor(op)
 
     def scale(t: Any) -> Any:
         if isinstance(t, list):
@@ -143,4 +141,4 @@ def bfloat16_premul_as_sum(args: tuple, opts_at: int, scaled_at: int, in_place: 
         return t.mul_(factor) if in_place else t * factor
 
     opts.reduceOp = dist.ReduceOp.SUM  # ``op`` reads the options' own field: it says SUM now too
-    return (*args[:scaled_at], scale(inputs), *args[scaled_at + 1:]), _make_nccl_premul_sum(factor)
+    return (*args[:scaled_at], scale(inputs), *args[scaled_at + 1:]), opts, _make_nccl_premul_sum(factor)
