@@ -13,7 +13,7 @@ from .backend import Backend, BackendConfig, is_backend_available
 from .diagnostics import fingerprints, flight_recorder, logs, watchdog
 from .errors import DistError
 from .job import jobenv, threads
-from .mpi import bootstrap
+from .mpi import bootstrap, notices
 from .mpi.progress import progress
 from .nccl import device as nccl_device
 from .process_group import ProcessGroup
@@ -122,6 +122,7 @@ def init_process_group(
     watchdog.grace_from_env()
     flight_recorder.buffer_size()
     threads.switched_on()
+    notices.mode()
     _check_init_method(init_method, store)
     if store is not None and not isinstance(store, Store):
         raise TypeError(f"store must be a Store, got {type(store).__name__}")
@@ -135,6 +136,7 @@ def init_process_group(
         _check_launcher(base.Get_size())
     world = base.Dup()
     world.Set_errhandler(MPI.ERRORS_RETURN)  # errors raise (mpi/failures.py), not abort in MPI; groups inherit it
+    _open_notice_board(MPI, world)
     node = _learn_the_node(MPI, world)
     backend_name = str(config) if backend is None else Backend(backend)
     pg = ProcessGroup(world, range(world.Get_size()), group_name or "0", config, backend_name,
@@ -153,6 +155,18 @@ def init_process_group(
         destroy_process_group()
         raise
     _start_watchdog(MPI, world)
+
+
+def _open_notice_board(MPI: Any, world: Any) -> None:  # noqa: N803 - the module
+    """The refusal notices' communicator, a duplicate of ``world`` (collective), where switched on."""
+    if notices.mode() != "off":
+        _world.notices = notices.NoticeBoard(world.Dup(), MPI)
+
+
+def _close_notice_board() -> None:
+    if _world.notices is not None:
+        _world.notices.close()
+        _world.notices = None
 
 
 def _learn_the_node(MPI: Any, world: Any) -> Any:
@@ -180,6 +194,7 @@ def adopt(pg: ProcessGroup, world: bool) -> None:
     if world and _world.default_pg is None:
         MPI = bootstrap.initialize()
         _world.default_pg, _world.group_count = pg, 1
+        _open_notice_board(MPI, pg.comm)
         _learn_the_node(MPI, pg.comm).Free()  # get_node_local_rank, new_subgroups and bind_local_device read it
         logs.configure()
         _start_watchdog(MPI, pg.comm, explains=True)
@@ -191,13 +206,16 @@ def disown(pg: ProcessGroup) -> None:
         _world.groups.remove(pg)
     if _world.default_pg is pg:
         watchdog.stop()
+        _close_notice_board()
         _world.reset()
 
 
 def instrument(pg: ProcessGroup, detail: bool = False, mismatch: type[Exception] = DistError) -> None:
     """Put the debug aids the settings ask for around a new group's transports (collective call):
-    fingerprint checks at DETAIL (or with ``detail``) raising ``mismatch``, and the flight recorder."""
-    fingerprints.enable_checks(pg, detail, mismatch)
+    fingerprint checks at DETAIL (or with ``detail``) raising ``mismatch``, else the refusal notices
+    (where switched on), and the flight recorder."""
+    if not fingerprints.enable_checks(pg, detail, mismatch) and _world.notices is not None:
+        notices.watch_refusals(pg, _world.notices, notices.mode() == "raise")
     flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 
@@ -211,6 +229,7 @@ def destroy_process_group(group: ProcessGroup | int | None = None) -> None:
         watchdog.stop()  # and until then answers their alarms, saying it is in destroy_process_group
         for pg in _destroy_order(_world.groups):
             pg._destroy()
+        _close_notice_board()
         _world.reset()
         return
     if group is GroupMember.NON_GROUP_MEMBER:
@@ -247,6 +266,7 @@ def _drop_after_hang() -> None:
         if gpu is not None:
             gpu.abort()
         pg._destroy()
+    _close_notice_board()
     _world.reset()
 
 

@@ -20,7 +20,15 @@ from .reduce_op import ReduceOp, RedOpType
 from .transport import Transport, TransportWrapper
 from .work import Work
 
-__all__ = ["ProcessGroup", "as_rank"]
+__all__ = ["ProcessGroup", "as_rank", "VALIDATING"]
+
+# The validating methods below that start a collective, and its name: what the debug aids put
+# themselves in front of (a refusal there joins the fingerprint exchange, or sends a notice).
+VALIDATING = {"_all_reduce": "all_reduce", "_broadcast": "broadcast", "_reduce": "reduce",
+              "_all_gather": "all_gather", "_all_gather_into_tensor": "all_gather_into_tensor",
+              "_gather": "gather", "_scatter": "scatter", "_reduce_scatter": "reduce_scatter",
+              "_reduce_scatter_tensor": "reduce_scatter_tensor", "_all_to_all": "all_to_all",
+              "_all_to_all_single": "all_to_all_single"}
 
 _C_INT_MAX = (1 << 31) - 1  # torch takes a tag as a C int and refuses larger ones with TypeError
 
@@ -94,7 +102,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         backend_name: str,
         timeout: timedelta,
         desc: str = "undefined",
-        finish_within: Callable[[Any], None] | None = None,
+        finish_within: Callable[[Any, Any], None] | None = None,
     ) -> None:
         self._comm = comm
         self._rank = comm.Get_rank()
@@ -111,6 +119,7 @@ class ProcessGroup(TorchProcessGroupAPI):
         self._seq = 0  # collectives started on this group (the same count on every member)
         self._p2p_seq = 0  # sends and receives started on this group
         self._gpu_watch: Any = None  # another NCCL serving this group (torch's, behind "hpc"), for the watchdog
+        self._watch: Any = None  # the refusal notices' watch (mpi/notices.py), installed from above
         self.bound_device_id: Any = None
         self._tag_ub = _tag_upper_bound(comm)
         self._finish_within = finish_within  # for the CPU transport's blocking calls (Transport.finish_within)
@@ -176,11 +185,26 @@ class ProcessGroup(TorchProcessGroupAPI):
                 raise RuntimeError(f"no backend for device type {device!r} in group {self._name!r} "
                                    f"(backend config: {self._config})")
             transport = transport_factory(backend)(self.comm, self._timeout)
-            transport.finish_within = self._finish_within
+            transport.finish_within, transport.watch = self._blocking_wait(), self._watch
             if self._wrap is not None:
                 transport = self._wrap(transport)
             self._transports[device] = transport
         return transport
+
+    def _watch_with(self, watch: Any) -> None:
+        """Have this group's transports' waits watch ``watch`` too (the refusal notices): their
+        Works' waits, and a blocking call's where no other wait is set (``finish_within``)."""
+        self._watch = watch
+        for transport in self._transports.values():
+            transport.finish_within, transport.watch = self._blocking_wait(), watch
+
+    def _blocking_wait(self) -> Callable[[Any, Any], None] | None:
+        """What a transport's blocking call waits with: the owner's bounded wait, else the notices'
+        where they raise in blocking calls (unbounded: the watchdog times it), else none (MPI's
+        blocking call)."""
+        if self._finish_within is not None or self._watch is None or not self._watch.raising:
+            return self._finish_within
+        return self._watch.finish
 
     def _bind_device(self, device_id: Any) -> None:
         """Remember the bound device; with a CUDA backend, have its transport set up for it now
@@ -513,6 +537,8 @@ class ProcessGroup(TorchProcessGroupAPI):
 
     # ---- lifetime -------------------------------------------------------------------------
     def _destroy(self) -> None:
+        if self._watch is not None:
+            self._watch.leave()
         for transport in self._transports.values():
             transport.close()
         self._transports.clear()

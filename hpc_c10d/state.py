@@ -20,7 +20,8 @@ class _World:
     belongs to, in creation order), ``group_count`` (groups created so far, members or not, as
     torch's ``get_pg_count``), ``node_local_rank``/``node_local_size`` (from MPI's shared-memory
     split), ``thread_level`` (granted by MPI), ``default_store`` (an MPIStore unless
-    ``init_process_group`` was given a store). torch's ``pg_map``-style views are derived from ``groups``.
+    ``init_process_group`` was given a store), ``notices`` (the refusal notices' board, mpi/notices.py,
+    or None). torch's ``pg_map``-style views are derived from ``groups``.
     """
 
     def __init__(self) -> None:
@@ -34,6 +35,7 @@ class _World:
         self.node_local_size: int | None = None
         self.thread_level: str | None = None
         self.default_store: Any = None
+        self.notices: Any = None
 
     def operations_started(self) -> int:
         """Collectives and point-to-point operations started on this rank's live groups."""

@@ -25,9 +25,13 @@ class Transport(abc.ABC):
 
     #: device type this transport serves ("cpu", "cuda").
     device: str
-    #: None, or what a blocking call hands its nonblocking request to, to return once it completed
-    #: or raise (a group whose blocking calls must end within a timeout; honoured by MPI's transport).
-    finish_within: Callable[[Any], None] | None = None
+    #: None, or what a blocking call hands its nonblocking request and the buffers it uses to, to
+    #: return once it completed or raise (a group whose blocking calls must end within a timeout, or
+    #: watch for refusal notices; honoured by MPI's transport).
+    finish_within: Callable[[Any, Any], None] | None = None
+    #: None, or what the waits of this transport's Works also watch (the refusal notices,
+    #: mpi/notices.py: ``wait(requests, status, keep)`` and ``check()``; honoured by MPI's transport).
+    watch: Any = None
 
     @abc.abstractmethod
     def adapt_input(self, x: Any, name: str) -> Any:

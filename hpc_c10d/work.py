@@ -115,7 +115,8 @@ class Work:
     staging buffer. ``result()`` and the future's value are the output arrays, as in torch.
     """
 
-    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future", "_failure")
+    __slots__ = ("_requests", "_outputs", "_finish", "_keep", "_done", "_exception", "_future", "_failure",
+                 "_watch")
 
     _status: Any = None  # receives (``ReceiveWork``) fill an MPI status
     _mpi_requests = True  # completion is exactly its MPI requests (``combine_works`` pools them)
@@ -129,9 +130,11 @@ class Work:
         finish: Callable[[], None] | None = None,
         keep: Any = None,
         failure: Callable[[BaseException], BaseException | None] | None = None,
+        watch: Any = None,
     ) -> None:
         self._requests = requests
         self._failure = failure  # the error to raise for one out of the requests (the transport's), or None
+        self._watch = watch  # what a wait also watches (the transport's refusal notices), or None
         self._outputs = [] if outputs is None else outputs
         self._finish = finish
         self._keep = keep
@@ -208,7 +211,10 @@ class Work:
             self._wait_until(timeout)
         else:
             try:
-                if len(requests) == 1:
+                if self._watch is not None:
+                    if not spin(self._test):  # most small ones end within the spin: no watched wait then
+                        self._watch.wait(requests, self._status, self._keep)
+                elif len(requests) == 1:
                     requests[0].Wait(self._status)
                 else:
                     requests[0].Waitall(requests)  # a Work without requests is created done
@@ -223,7 +229,10 @@ class Work:
         deadline, pause = time.monotonic() + seconds, _POLL_START_S
         if not self._requests or spin(self._test, min(_SPIN_S, seconds)):
             return
+        watch = self._watch
         while not self._test():
+            if watch is not None:
+                watch.check((self._requests, self._keep))
             if time.monotonic() > deadline:
                 raise WaitTimedOut(f"{self.op_name}: Timed out after {seconds:g} s waiting for the "
                                        f"other ranks (Work.wait)")
@@ -270,8 +279,9 @@ class ReceiveWork(Work):
     op_name = "recv"
 
     def __init__(self, request: Any, outputs: list, keep: Any, status: Any,
-                 failure: Callable[[BaseException], BaseException | None] | None = None) -> None:
-        super().__init__([request], outputs, None, keep, failure)
+                 failure: Callable[[BaseException], BaseException | None] | None = None,
+                 watch: Any = None) -> None:
+        super().__init__([request], outputs, None, keep, failure, watch)
         self._status = status
 
     def _source_rank(self) -> int:
@@ -315,4 +325,5 @@ def combine_works(works: Sequence[Work], outputs: list) -> Work:
             if not work._done:
                 work._complete()
 
-    return Work(requests, outputs, finish, list(works), works[0]._failure if works else None)
+    failure, watch = (works[0]._failure, works[0]._watch) if works else (None, None)
+    return Work(requests, outputs, finish, list(works), failure, watch)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import DistError
-from ..process_group import ProcessGroup
+from ..process_group import VALIDATING, ProcessGroup
 from ..transport import TransportWrapper
 from . import debug
 from .trace_report import rank_ranges
@@ -48,13 +48,6 @@ _LAYOUTS = {
 }
 
 
-# The group's validating methods (process_group.py) and the operations they start; a local
-# refusal in one of them joins the exchange.
-_VALIDATING = {"_all_reduce": "all_reduce", "_broadcast": "broadcast", "_reduce": "reduce",
-               "_all_gather": "all_gather", "_all_gather_into_tensor": "all_gather_into_tensor",
-               "_gather": "gather", "_scatter": "scatter", "_reduce_scatter": "reduce_scatter",
-               "_reduce_scatter_tensor": "reduce_scatter_tensor", "_all_to_all": "all_to_all",
-               "_all_to_all_single": "all_to_all_single"}
 _REFUSED = -1  # the checksum of a refusal (a crc32 is never negative)
 
 
@@ -189,12 +182,13 @@ class _Checked(TransportWrapper):
         self._checker.close()
 
 
-def enable_checks(pg: ProcessGroup, detail: bool = False, error: type[Exception] = DistError) -> None:
+def enable_checks(pg: ProcessGroup, detail: bool = False, error: type[Exception] = DistError) -> bool:
     """At debug level DETAIL (or with ``detail``), fingerprint-check every collective of ``pg``,
-    raising ``error`` on a mismatch (collective call)."""
+    raising ``error`` on a mismatch (collective call); whether it does."""
     if not detail and debug.get_debug_level() < debug.DebugLevel.DETAIL:
-        return
+        return False
     checker = _Checker(pg, error)
     pg._wrap_transports(lambda transport: _Checked(transport, checker))
-    for name, op in _VALIDATING.items():  # instance attributes, in front of the class's methods
+    for name, op in VALIDATING.items():  # instance attributes, in front of the class's methods
         setattr(pg, name, _joining(pg, getattr(pg, name), op, checker))
+    return True

@@ -26,7 +26,8 @@ from ..work import Work
 from . import debug
 
 __all__ = ["InFlight", "in_flight", "current", "track", "track_store", "buffer_size", "trace_dir", "enable_recording",
-           "dump", "dumps_of", "snapshot", "set_hosts", "host_of", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST"]
+           "dump", "dumps_of", "snapshot", "set_hosts", "host_of", "BUFFER_ENV", "DIR_ENV", "DEFAULT_DIR", "ON_REQUEST",
+           "P2P"]
 
 BUFFER_ENV = "HPC_C10D_TRACE_BUFFER_SIZE"
 _TORCH_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
@@ -43,7 +44,7 @@ _GROUP_OPS = {
     "_reduce_scatter_tensor": "reduce_scatter_tensor", "_all_to_all": "all_to_all",
     "_all_to_all_single": "all_to_all_single", "_barrier": "barrier", "_send": "send", "_recv": "recv",
 }
-_P2P = ("send", "recv")
+P2P = ("send", "recv")  # the operations counted by the groups' p2p sequence numbers
 _ARRAY_ARGS = ("tensor", "output", "input", "output_tensor_list", "tensor_list", "input_tensor_list")
 _STORE_OPS = ("wait", "get")  # the store operations that block until another rank acts
 _codes: dict[Any, str] | None = None
@@ -106,7 +107,7 @@ def _from_frame(thread: int, frame: Any, op: str) -> InFlight:
     if isinstance(owner, ProcessGroup):
         shape, dtype, _ = _array_summary(local.get(name) for name in _ARRAY_ARGS)
         shape, dtype = (None, None) if shape is None else ([int(n) for n in shape], str(dtype))
-        seq = owner._p2p_seq if op in _P2P else owner._seq
+        seq = owner._p2p_seq if op in P2P else owner._seq
         return InFlight(thread, op, owner._name, owner._desc, list(owner._global_ranks), seq, shape, dtype, owner)
     if op == "store":
         keys = local.get("keys", local.get("key"))
@@ -177,7 +178,7 @@ class _Recording(TransportWrapper):
         self._pg = pg
 
     def around(self, name: str, method: Any) -> Any:
-        pg, p2p = self._pg, name in _P2P
+        pg, p2p = self._pg, name in P2P
 
         def recorded(*args: Any) -> Any:
             shape, dtype, count = _array_summary(args)

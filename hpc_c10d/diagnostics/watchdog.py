@@ -39,6 +39,7 @@ EXCEPTION_ENV = "HPC_C10D_ABORT_ON_EXCEPTION"
 GRACE_ENV = "HPC_C10D_ABORT_GRACE"
 _LONGEST_PERIOD = 1.0
 _SHORTEST_PERIOD = 0.05
+_NOTICE_PERIOD = 0.25  # where refusal notices run: how late one reaches a rank inside a blocking MPI call
 _FORWARD_S = 1.0  # seconds between the last report line and MPI_Abort (lines were lost without it)
 _ABORT_WAIT_S = 10.0  # a rank still alive this long after calling MPI_Abort is killed (a kernel timer)
 _ANSWERING = "another rank raised the alarm"
@@ -150,7 +151,8 @@ class Watchdog:
 
     def _period(self) -> float:
         shortest = min((g._timeout.total_seconds() for g in _world.groups), default=_LONGEST_PERIOD)
-        return min(_LONGEST_PERIOD, max(_SHORTEST_PERIOD, shortest / 10))
+        longest = _NOTICE_PERIOD if _world.notices is not None else _LONGEST_PERIOD  # a refusal is seen soon
+        return min(longest, max(_SHORTEST_PERIOD, shortest / 10))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -176,6 +178,9 @@ class Watchdog:
             owner = flight.pg if flight.pg is not None else default
             if owner is None or not flight.timed or key in self._fired or owner._finish_within is not None:
                 continue  # untimed waits, and groups whose blocking calls end within their timeout, police themselves
+            if flight.pg is not None and self._refused_elsewhere(flight, owner):
+                self._fired.add(key)
+                continue
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
@@ -184,6 +189,25 @@ class Watchdog:
         self._check_gpu_work()
         if not self._answered and os.path.exists(self.alarm_path):
             self._answer()
+
+    def _refused_elsewhere(self, flight: Any, owner: Any) -> bool:
+        """Whether another rank refused the collective ``flight`` is inside, as its notice says
+        (mpi/notices.py), while this thread waits in MPI's blocking call, which nothing interrupts:
+        then report it and apply the policy now, not at the timeout (no roll call: the cause is known)."""
+        watch = owner._watch
+        if watch is None or watch.raising or flight.op in flight_recorder.P2P:
+            return False
+        refusal = watch.refusal_against(flight.seq)
+        if refusal is None:
+            return False
+        message = (f"{refusal}; rank {owner._rank} waits for it inside MPI's blocking {flight.op}, which cannot "
+                   f"be interrupted (HPC_C10D_REFUSAL_NOTICES=raise makes it raise instead)")
+        logger.error("%s; policy %r", message, self.policy)
+        if self.policy == "abort":
+            _abort_job(self._MPI)
+        elif self.policy == "raise":
+            raise_in(flight.thread, message)
+        return True
 
     def _answer(self) -> None:
         """Another rank raised the alarm: take part in the roll call and dump (once)."""

@@ -433,7 +433,7 @@ class NCCLBackend(Transport):
         else:
             request = self._mpi.Ibarrier()
             if not request.Test():
-                self.finish_within(request)
+                self.finish_within(request, None)
         return None
 
     # ---- point-to-point -------------------------------------------------------------------

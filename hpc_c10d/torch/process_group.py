@@ -152,12 +152,12 @@ class ProcessGroupHPC(_Base):
         self._opts: Any = _BARRIER  # the options of the latest call (a blocking one's timeout is read from them)
         self._inner = _Group(comm, ranks, group_name, device_config(), BACKEND_NAME, timeout,
                              finish_within=self._finish_within)
-        instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
-                   mismatch=dist.DistBackendError)
         self._inner._process_failed_error = ProcessFailedError  # type: ignore[attr-defined]
         self._inner._backend_error = dist.DistBackendError  # type: ignore[attr-defined]
         self._is_world = not global_ranks
-        adopt(self._inner, self._is_world)  # the watchdog and the dumps see the group
+        adopt(self._inner, self._is_world)  # the watchdog, the dumps and the refusal notices see the group
+        instrument(self._inner, detail=dist.get_debug_level() == dist.DebugLevel.DETAIL,
+                   mismatch=dist.DistBackendError)
         self._finished = TorchWork(None, [])  # see _finished_work
         # CUDA tensors: torch's own ProcessGroupNCCL over the group's MPI store, else hpc_c10d's transport
         self._cuda = torch_nccl(store, comm.Get_rank(), comm.Get_size(), global_ranks, group_name, timeout)
@@ -498,13 +498,15 @@ class ProcessGroupHPC(_Base):
             first, torch.Tensor) else (None, None)
         return flight_recorder.InFlight(0, op, self._inner._name, None, None, seq, shape, dtype).describe()
 
-    def _finish_within(self, request: Any) -> None:
+    def _finish_within(self, request: Any, keep: Any = None) -> None:
         """The CPU transport's wait for a blocking call's request: at most the call's timeout (the
-        options', else the group's), then torch's DistBackendError naming the operation, as gloo."""
+        options', else the group's), then torch's DistBackendError naming the operation, as gloo;
+        sooner where another rank refused the call (the refusal notices)."""
         if request.Test() or spin(request.Test):
             return
         flight = flight_recorder.current()  # this thread is inside the group's operation
-        wait_within(Work([request]), self._limit(self._opts), flight.describe() if flight is not None else "operation")
+        wait_within(Work([request], keep=keep, watch=self._inner._watch), self._limit(self._opts),
+                    flight.describe() if flight is not None else "operation")
 
     def _started(self, work: Work, outputs: list, opts: Any, name: str) -> TorchWork:
         """torch's handle for coalesced operations, all started nonblocking.

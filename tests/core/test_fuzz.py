@@ -11,11 +11,15 @@ The property, judged the same way on every rank from every rank's outcome:
   others may raise ``DistError`` naming it);
 - afterwards a plain all_reduce on the group and on the world is still right.
 
-The call runs first on a group made at ``DETAIL``, where no example may hang; then, where every
-rank returned or every rank refused, again on a group made at ``OFF`` with the same outcome. An
-example where only some ranks refused is the case docs/hangs.md names for ``OFF`` ("One rank
-refuses"), and is not run there. Collectives run with ``async_op=True`` and each Work is waited
-for with a deadline; blocking calls run in groups whose timeout is that deadline, so a hang ends
+The call runs first on a group made at ``DETAIL``, then again on a group made at ``OFF`` (the
+default level) with the same outcome. Where only some ranks refused, the others learn it at
+``OFF`` too, from the refusing rank's notice (docs/hangs.md, "One rank refuses"): they raise
+``DistBackendError`` naming it, or return where their part finished before the notice came (a
+small gather's sender); either way the group is unusable afterwards on every rank, so such an
+example runs at ``OFF`` on a group of its own. Verdicts that fail an example: "hang" (a rank's
+wait ran past the deadline), "asymmetric" (a rank returned while another refused, unexplained by
+the above), "wrong", "other". Collectives run with ``async_op=True`` and each Work is waited for
+with a deadline; blocking calls run in groups whose timeout is that deadline, so a hang ends
 the job through the watchdog, whose report and dumps name the operation and group.
 
 CI runs a fixed budget (``--fuzz-examples``, 100 per plan, derandomized: the same examples every
@@ -34,6 +38,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
+from hpc_c10d.work import WaitTimedOut
 from support.reference import assert_in_sync, make_op, op_valid, reduce_inputs, reduce_ref
 
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis (the test extra) is not installed")
@@ -42,6 +47,7 @@ st = hypothesis.strategies
 DEADLINE = timedelta(seconds=20)  # per call: a Work's wait, and the fuzz groups' timeout
 ALLOWED = (TypeError, ValueError, RuntimeError)  # what a rank that refuses its arguments may raise
 REFUSED_ELSEWHERE = "was refused by the arguments of"  # the DistError of a rank that did not (DETAIL)
+NOTICED = "refused its arguments"  # the DistBackendError of a rank that did not (OFF: the refusal's notice)
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "complex64"]
 OPS = ["SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"]
 
@@ -563,8 +569,9 @@ PLANS = {  # name -> (size -> the strategy of its calls)
 # ------------------------------------------------------------------------------ the property
 class Outcome(NamedTuple):
     """What one rank saw: "ok", "wrong" (returned a wrong result), "refused" (an allowed error of its
-    own), "elsewhere" (DETAIL's DistError naming another rank's refusal) or "other"; whether the
-    error names an argument; the detail; whether the group computed right afterwards."""
+    own), "elsewhere" (DETAIL's DistError or OFF's notice naming another rank's refusal), "hang" (a
+    wait past the deadline) or "other"; whether the error names an argument; the detail; whether the
+    group computed right afterwards."""
 
     kind: str
     names_argument: bool
@@ -608,8 +615,10 @@ def _outcome(call: Call, rank: int, size: int, group: Any) -> Outcome:
     except Exception as exc:  # noqa: B902 - every outcome is judged below, on every rank alike
         text = f"{type(exc).__name__}: {exc}"
         names = any(word in str(exc).lower() for word in _parameters(call))
-        if isinstance(exc, dist.DistError):
-            kind = "elsewhere" if REFUSED_ELSEWHERE in str(exc) else "other"
+        if isinstance(exc, WaitTimedOut):
+            kind = "hang"
+        elif isinstance(exc, dist.DistError):
+            kind = "elsewhere" if REFUSED_ELSEWHERE in str(exc) or NOTICED in str(exc) else "other"
         else:
             kind = "refused" if isinstance(exc, ALLOWED) else "other"
         return Outcome(kind, names, text, _after(rank, size, group))
@@ -627,23 +636,29 @@ def _after(rank: int, size: int, group: Any) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-def _judge(call: Call, level: str, outcomes: list) -> None:
-    """Raise AssertionError (on every rank, from the same outcomes) unless the property holds."""
+def _judge(call: Call, level: str, outcomes: list, mixed: bool = False) -> None:
+    """Raise AssertionError (on every rank, from the same outcomes) unless the property holds;
+    ``mixed``: the call some ranks refused and others did not, at OFF (the group is unusable after)."""
     report = "\n".join(f"  rank {r}: {o.kind}: {o.detail[:400]}{'; afterwards ' + o.after if o.after else ''}"
                        for r, o in enumerate(outcomes))
     where = f"{call!r} at {level}:\n{report}"
-    assert not any(o.after for o in outcomes), f"the group is broken after {where}"
     kinds = {o.kind for o in outcomes}
+    assert "hang" not in kinds, f"hang: a rank waited past the deadline in {where}"
+    if mixed:
+        assert all("unusable" in o.after for o in outcomes), f"the group is not unusable on every rank after {where}"
+    else:
+        assert not any(o.after for o in outcomes), f"the group is broken after {where}"
     if call.valid:
         assert kinds == {"ok"}, f"torch takes these arguments, but not every rank returned the reference: {where}"
         return
-    assert kinds <= {"refused", "elsewhere"} and "refused" in kinds, \
-        f"refused arguments, but not every rank raised an allowed error: {where}"
-    assert all(o.names_argument for o in outcomes), f"an error that names no argument: {where}"
+    returned = {"ok"} if mixed else set()  # a part that finished before the notice came (then unusable)
+    assert kinds <= {"refused", "elsewhere"} | returned, f"asymmetric: a rank returned while another refused {where}"
+    assert "refused" in kinds, f"refused arguments, but no rank raised an allowed error: {where}"
+    assert all(o.names_argument for o in outcomes if o.kind != "ok"), f"an error that names no argument: {where}"
 
 
 def _mixed(outcomes: list) -> bool:
-    """Some ranks refused and others did not: OFF's documented case (docs/hangs.md)."""
+    """Some ranks refused and others did not."""
     return len({o.kind for o in outcomes}) > 1
 
 
@@ -676,18 +691,21 @@ def fuzz_groups(world):
         dist.destroy_process_group(group)
 
 
-def _run_at(call: Call, level: str, groups: dict, rank: int, size: int) -> list:
-    group = _fuzz_group(getattr(dist.DebugLevel, level)) if call.fresh_group else groups[level]
+def _run_at(call: Call, level: str, groups: dict, rank: int, size: int, mixed: bool = False) -> list:
+    """``call`` at ``level``, judged; ``mixed`` (at OFF): on a group of its own, unusable after."""
+    fresh = call.fresh_group or mixed
+    group = _fuzz_group(getattr(dist.DebugLevel, level)) if fresh else groups[level]
     try:
         outcome = _outcome(call, rank, size, group)
     finally:
-        if call.fresh_group:
-            _drain(group.comm)
+        if fresh:
+            if not mixed:
+                _drain(group.comm)
             dist.destroy_process_group(group)
     gathered: list = [None] * size
     dist.all_gather_object(gathered, tuple(outcome))  # the world's plain collective
     outcomes = [Outcome(*o) for o in gathered]
-    _judge(call, level, outcomes)
+    _judge(call, level, outcomes, mixed)
     return outcomes
 
 
@@ -763,8 +781,7 @@ def test_bad_input_fuzz(plan, fuzz_groups, rank, size, request):
     def check(call):
         outcomes = _run_at(call, "DETAIL", fuzz_groups, rank, size)
         _record(call, outcomes)
-        if not _mixed(outcomes):  # OFF: the same outcome; a mixed one is docs/hangs.md's "One rank refuses"
-            _run_at(call, "OFF", fuzz_groups, rank, size)
+        _run_at(call, "OFF", fuzz_groups, rank, size, mixed=_mixed(outcomes))
 
     (check if seed is None else hypothesis.seed(seed)(check))()
     assert_in_sync()

@@ -90,6 +90,35 @@ def test_a_mismatched_exchange_at_off_ends_the_job_without_hanging(nprocs, op, m
     assert ours or mpich, output
 
 
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
+def test_a_refusal_ends_the_others_blocking_call_long_before_the_timeout(nprocs, tmp_path):
+    """Rank 0 refuses a blocking gather's empty list while the others send it 8 MB each, inside
+    MPI's blocking gather, which nothing interrupts: the refusal's notice reaches their watchdog,
+    which ends the job naming the refusal, not the 60 s timeout."""
+    proc, took, output = run_job("refuses", nprocs, tmp_path, HPC_C10D_TIMEOUT="60")
+    assert proc.returncode != 0, output
+    assert "rank 0: ValueError: Argument ``gather_list`` must be specified on destination rank." in proc.stdout, output
+    assert ("gather #4 in group '0': rank 0 refused its arguments (ValueError: Argument ``gather_list`` must be "
+            "specified on destination rank.)") in proc.stderr, output
+    assert "inside MPI's blocking gather, which cannot be interrupted" in proc.stderr, output
+    assert took < 30, f"took {took:.1f} s\n{output}"
+
+
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
+def test_a_refusal_raises_in_the_others_blocking_calls_with_notices_raise(nprocs, tmp_path):
+    """HPC_C10D_REFUSAL_NOTICES=raise: blocking calls wait watching the notices, so the others raise
+    DistBackendError, and every rank's next call on the group says it is unusable."""
+    proc, took, output = run_job("refuses", nprocs, tmp_path, HPC_C10D_TIMEOUT="60", HPC_C10D_REFUSAL_NOTICES="raise")
+    assert proc.returncode == 0, output
+    for rank in range(1, nprocs):
+        assert (f"rank {rank}: DistBackendError: gather #4 in group '0': rank 0 refused its arguments "
+                f"(ValueError: Argument ``gather_list`` must be specified on destination rank.) while rank {rank} "
+                "took part; the group is unusable now") in proc.stdout, output
+    for rank in range(nprocs):
+        assert re.search(rf"rank {rank}: then DistBackendError: .*the group is unusable now", proc.stdout), output
+        assert f"rank {rank}: done" in proc.stdout, output
+
+
 @pytest.mark.parametrize("nprocs", job_sizes(2, 3, 4))
 def test_an_exception_on_one_rank_ends_the_job_promptly(nprocs, tmp_path):
     proc, took, output = run_job("raises", nprocs, tmp_path)

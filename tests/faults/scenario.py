@@ -8,6 +8,8 @@ test_watchdog.py, test_flight_recorder.py) run them and check the outcome.
   mismatch    (run with HPC_C10D_DEBUG=DETAIL) the last rank all_reduces a longer array
   disagree    no timeout= (HPC_C10D_TIMEOUT sets it); the last rank enters a barrier, the others all_reduce
   finished    rank 0 all_reduces alone; the others are done and wait in destroy_process_group
+  refuses     no timeout= (HPC_C10D_TIMEOUT sets it); a blocking gather of 8 MB per rank whose
+              destination, rank 0, refuses its empty gather_list; then an all_reduce on the world
 """
 import os
 import signal
@@ -21,7 +23,7 @@ import numpy as np
 import hpc_c10d as dist
 
 scenario = sys.argv[1]
-dist.init_process_group(timeout=None if scenario == "disagree" else timedelta(seconds=3))
+dist.init_process_group(timeout=None if scenario in ("disagree", "refuses") else timedelta(seconds=3))
 rank, size = dist.get_rank(), dist.get_world_size()
 last = rank == size - 1
 for _ in range(3):  # some history for the flight recorder
@@ -62,6 +64,15 @@ elif scenario == "disagree":
         dist.barrier()
     else:
         dist.all_reduce(np.ones(8, np.float32))
+elif scenario == "refuses":
+    try:
+        dist.gather(np.ones(1_000_000), gather_list=[], dst=0)
+    except Exception as exc:  # noqa: B902 - each rank says what it got
+        print(f"rank {rank}: {type(exc).__name__}: {exc}", flush=True)
+    try:
+        dist.all_reduce(np.ones(2))
+    except Exception as exc:  # noqa: B902
+        print(f"rank {rank}: then {type(exc).__name__}: {exc}", flush=True)
 elif scenario == "finished":
     if rank == 0:
         dist.all_reduce(np.ones(8, np.float32))
