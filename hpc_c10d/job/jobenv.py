@@ -27,6 +27,9 @@ _RANK_SOURCES = (
 )
 
 
+_INTEL_HYDRA = ("I_MPI_HYDRA_", "HYDRA_BSTRAP_")  # what Intel MPI's Hydra sets in its processes, MPICH's not
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
@@ -38,7 +41,7 @@ def _int(value: str | None) -> int | None:
 class JobEnv:
     """What the environment says about this process's job (None: not said)."""
 
-    launcher: str  # "srun", "mpich-hydra", "openmpi", "pmix", "torchrun", "sbatch-script" or "none"
+    launcher: str  # "srun", "mpich-hydra", "intel-hydra", "openmpi", "pmix", "torchrun", "sbatch-script" or "none"
     in_slurm_job: bool
     job_id: str | None = None
     step_id: str | None = None
@@ -117,6 +120,8 @@ def _launcher(env: Mapping[str, str]) -> tuple[str, str | None, str | None, str 
                 return "sbatch-script", None, None, None  # the batch shell: one process, no task of a step
             if name == "slurm":
                 name = "srun"
+            if name == "mpich-hydra" and any(key.startswith(_INTEL_HYDRA) for key in env):
+                name = "intel-hydra"  # Intel MPI's mpiexec: MPICH's Hydra, with variables of its own
             return name, env.get(rank), env.get(size), env.get(local) if local else None
     return "none", None, None, None
 

@@ -79,10 +79,12 @@ class NoticeBoard:
         self.lock = threading.Lock()  # held by whoever tests or waits on ``request``
         self.arrived: dict[str, list[Notice]] = {}
         self._sent: list[tuple[Any, bytes]] = []
-        self.broken = False  # the communicator failed (a dead rank under ULFM): notices stop
+        self.broken = False  # the communicator failed (a dead rank under ULFM) or was closed: notices stop
 
     def post(self, world_ranks: list[int], notice: Notice) -> None:
         """Send ``notice`` to ``world_ranks`` (nonblocking; a rank that cannot be reached is skipped)."""
+        if self.broken:
+            return
         data = pickle.dumps(notice._replace(message=notice.message[:_MESSAGE_CHARS]))
         self._sent = [(request, kept) for request, kept in self._sent if not request.Test()]
         for rank in world_ranks:
@@ -120,6 +122,7 @@ class NoticeBoard:
                 pass
         self._sent = []
         self._comm.Free()
+        self.broken = True  # groups destroyed after the board (torch destroys the default group first) find it shut
 
 
 class RefusalWatch:
@@ -176,7 +179,8 @@ class RefusalWatch:
         self._board.collect()
         if self.unusable is not None:
             raise self._error(self.unusable)
-        notices = self._board.arrived.get(self._pg._name)
+        arrived = self._board.arrived
+        notices = arrived.pop(self._pg._name, None)  # taken whole: the watchdog's thread may file more meanwhile
         if not notices:
             return
         seq, pending = self._pg._seq, []
@@ -188,9 +192,9 @@ class RefusalWatch:
             if notice.kind == "refused" and notice.seq > seq:
                 pending.append(notice)  # a call this rank has not reached yet
                 continue
-            notices.clear()
             self._give_up(notice)
-        notices[:] = pending
+        if pending:
+            arrived.setdefault(self._pg._name, []).extend(pending)
 
     def refusal_against(self, seq: int) -> str | None:
         """What a notice says of call ``seq``, which this rank is inside (for the watchdog, about

@@ -18,7 +18,7 @@ __all__ = ["mpi_rendezvous", "env_or_mpi_rendezvous", "claim_for_mpi", "close_st
 
 SCHEME = "mpi"
 STORE_ENV = "HPC_C10D_TORCH_STORE"  # "tcp": torch's TCPStore wherever MASTER_ADDR/MASTER_PORT are set
-_MPI_LAUNCHERS = frozenset({"srun", "mpich-hydra", "openmpi", "pmix"})
+_MPI_LAUNCHERS = frozenset({"srun", "mpich-hydra", "intel-hydra", "openmpi", "pmix"})
 _DEFAULT_TIMEOUT = timedelta(minutes=30)
 # Stores made here. Kept alive for torch's C++ side (see TorchMPIStore), and closed when the
 # default group is destroyed (or at exit by MPIStore's own hook): torch drops its reference

@@ -26,6 +26,8 @@ BATCH_SHELL = {"SLURM_JOB_ID": "43", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "
                "SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "2"}
 OPEN_MPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
             "PMIX_RANK": "3"}
+INTEL_HYDRA = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "PMI_FD": "5",  # impi-rt 2021.19's mpiexec
+               "I_MPI_HYDRA_TOPOLIB": "ipl2", "HYDRA_BSTRAP_PROXY_ID": "0"}
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "localhost"}
 
 
@@ -60,6 +62,13 @@ def test_mpich_mpiexec_inside_an_allocation():
     assert job.tasks_per_node == [3]  # the job's layout, not the proxy step's
     (note,) = job.disagreements(1, 3)
     assert note.startswith("SLURM_PROCID=0 but MPI rank 1: this process was started by mpich-hydra")
+
+
+def test_intel_mpi_mpiexec_is_told_from_mpich_s():
+    """Intel MPI's mpiexec is MPICH's Hydra, setting the same PMI variables and some of its own."""
+    job = jobenv.detect(INTEL_HYDRA)
+    assert job.launcher == "intel-hydra" and not job.in_slurm_job
+    assert (job.env_rank, job.env_size, job.env_local_rank) == (1, 2, 1)
 
 
 def test_the_batch_shell_is_not_a_task():

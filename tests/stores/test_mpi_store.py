@@ -608,7 +608,8 @@ def test_one_node_shards_are_shared_memory(comm, rank, size):
     from mpi4py import MPI
 
     if "MPICH" not in MPI.Get_library_version():
-        pytest.skip("only MPICH is known to share Win.Allocate memory (Open MPI 5 does not)")
+        pytest.skip("only MPICH is known to share Win.Allocate memory (Open MPI 5 and Intel MPI 2021.19, "
+                    "though MPICH-derived, do not)")
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # with NOLOCAL each rank is a node of its own
     node_of = comm.allgather(min(node.allgather(rank)))  # each rank's node, named by its lowest rank
     node.Free()

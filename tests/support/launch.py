@@ -67,7 +67,7 @@ HOW_TO_DESIGNATE_SIM = (
 class Flavour:
     """What one MPI's launcher needs from a test that starts jobs on this machine."""
 
-    name: str  # 'openmpi', 'mpich' or 'unknown'
+    name: str  # 'openmpi', 'mpich', 'intelmpi' or 'unknown'
     flags: tuple[str, ...] = ()  # mpiexec options: start any number of ranks here
     env: dict[str, str] = field(default_factory=dict)  # the same, for mpiexec calls without the flags
     network_path: dict[str, str] = field(default_factory=dict)  # one-sided operations as between nodes
@@ -100,6 +100,9 @@ FLAVOURS = {
         {"OMPI_MCA_osc": "rdma", "OMPI_MCA_btl": "tcp,self"}, "openmpi", "pmix",
         "PRTE_MCA_prte_tmpdir_base"),  # Open MPI 5: PRRTE's daemons are told it too
     "mpich": Flavour("mpich", network_path=_MPICH_NETWORK_PATH),
+    # Intel MPI's network path: libfabric's TCP provider for every message (Debian's libfabric1 serves)
+    "intelmpi": Flavour("intelmpi", network_path={"I_MPI_FABRICS": "ofi", "FI_PROVIDER": "tcp"},
+                        launcher="intel-hydra"),
     "unknown": Flavour("unknown", network_path=_MPICH_NETWORK_PATH),
 }
 
@@ -127,7 +130,9 @@ def identify(launcher):
     version = next((line for line in lines if line.startswith("Version:")), lines[0] if lines else "")
     if any(s in text for s in ("Open MPI", "OpenRTE", "PRRTE", "prterun")):
         return "openmpi", version
-    if any(s in text for s in ("HYDRA", "MPICH", "Intel(R) MPI")):
+    if "Intel(R) MPI" in text:
+        return "intelmpi", version
+    if any(s in text for s in ("HYDRA", "MPICH")):
         return "mpich", version
     return "unknown", version
 
