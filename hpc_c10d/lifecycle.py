@@ -159,8 +159,9 @@ def init_process_group(
 
 def _open_notice_board(MPI: Any, world: Any) -> None:  # noqa: N803 - the module
     """The refusal notices' communicator, a duplicate of ``world`` (collective), where switched on."""
-    if notices.mode() != "off":
-        _world.notices = notices.NoticeBoard(world.Dup(), MPI)
+    mode = notices.mode()
+    if mode != "off":
+        _world.notices = notices.NoticeBoard(world.Dup(), MPI, raising=mode == "raise")
 
 
 def _close_notice_board() -> None:
@@ -215,7 +216,7 @@ def instrument(pg: ProcessGroup, detail: bool = False, mismatch: type[Exception]
     fingerprint checks at DETAIL (or with ``detail``) raising ``mismatch``, else the refusal notices
     (where switched on), and the flight recorder."""
     if not fingerprints.enable_checks(pg, detail, mismatch) and _world.notices is not None:
-        notices.watch_refusals(pg, _world.notices, notices.mode() == "raise")
+        notices.watch_refusals(pg, _world.notices)
     flight_recorder.enable_recording(pg)  # outermost: a failed check shows in the ring
 
 

@@ -202,11 +202,7 @@ class Watchdog:
             return False
         message = (f"{refusal}; rank {owner._rank} waits for it inside MPI's blocking {flight.op}, which cannot "
                    f"be interrupted (HPC_C10D_REFUSAL_NOTICES=raise makes it raise instead)")
-        logger.error("%s; policy %r", message, self.policy)
-        if self.policy == "abort":
-            _abort_job(self._MPI)
-        elif self.policy == "raise":
-            raise_in(flight.thread, message)
+        self._act(message, lambda text: raise_in(flight.thread, text), alarm=False)
         return True
 
     def _answer(self) -> None:
@@ -283,16 +279,18 @@ class Watchdog:
         self._act(f"Watchdog caught collective operation timeout: {what} has not completed "
                   f"after {waited:.1f} s (timeout {limit:g} s)", raise_error)
 
-    def _act(self, message: str, raise_error: Any) -> None:
-        """Report ``message`` and apply the policy: abort the job, ``raise_error(message)``, or only report."""
+    def _act(self, message: str, raise_error: Any, alarm: bool = True) -> None:
+        """Report ``message`` and apply the policy: abort the job, ``raise_error(message)``, or only
+        report; with ``alarm``, after the alarm (the roll call, every rank's dump, who is where)."""
         logger.error("%s; policy %r", message, self.policy)
-        if self.policy == "abort":  # whatever blocks from here on (MPI's lock, a dead file system), the rank ends
-            _kill_self_after(2 * self.grace + _FORWARD_S + _ABORT_WAIT_S)
-        self.raise_alarm(message)
-        from .trace_report import summarize  # late: only needed when something went wrong
+        if alarm:
+            if self.policy == "abort":  # whatever blocks from here on (MPI's lock, a dead file system), the rank ends
+                _kill_self_after(2 * self.grace + _FORWARD_S + _ABORT_WAIT_S)
+            self.raise_alarm(message)
+            from .trace_report import summarize  # late: only needed when something went wrong
 
-        logger.error("what every rank was doing (dumps in %s):\n%s", self.directory,
-                     summarize(flight_recorder.dumps_of(self.directory, self.run_id)))
+            logger.error("what every rank was doing (dumps in %s):\n%s", self.directory,
+                         summarize(flight_recorder.dumps_of(self.directory, self.run_id)))
         if self.policy == "abort":
             _abort_job(self._MPI)
         elif self.policy == "raise":

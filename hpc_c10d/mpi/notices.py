@@ -54,6 +54,12 @@ def mode() -> str:
     return text
 
 
+def _refusal(notice: "Notice") -> str:
+    """A refused notice in words: the call, its group, the rank and its error."""
+    return (f"{notice.op} #{notice.seq} in group {notice.group!r}: rank {notice.rank} refused its arguments "
+            f"({notice.message})")
+
+
 class Notice(NamedTuple):
     """What one rank tells the others: ``"refused"`` call ``seq`` of ``group`` (its arguments), or
     ``"unusable"``: the group is out of step since some rank's refusal."""
@@ -70,8 +76,9 @@ class NoticeBoard:
     """This process's notice communicator: one receive always posted, the notices that arrived
     (by group name), and the sends not yet known to be complete."""
 
-    def __init__(self, comm: Any, MPI: Any) -> None:  # noqa: N803 - the module, handed in once MPI runs
+    def __init__(self, comm: Any, MPI: Any, raising: bool) -> None:  # noqa: N803 - the module, once MPI runs
         self.MPI = MPI
+        self.raising = raising  # mode "raise": blocking calls wait watching the notices, and raise
         self._comm = comm
         self._buffer = bytearray(_SIZE)
         self.status = MPI.Status()  # the notice receive's, used holding ``lock``
@@ -128,10 +135,10 @@ class NoticeBoard:
 class RefusalWatch:
     """One group's side of the notices: what it refused, what it was told, and its waits."""
 
-    def __init__(self, board: NoticeBoard, pg: Any, raising: bool) -> None:
+    def __init__(self, board: NoticeBoard, pg: Any) -> None:
         self._board = board
         self._pg = pg
-        self.raising = raising  # blocking calls wait here too (and raise), instead of in MPI
+        self.raising = board.raising  # blocking calls wait here too (and raise), instead of in MPI
         self._others = [rank for rank in pg._global_ranks if rank != pg._global_ranks[pg._rank]]
         self._refused: deque[int] = deque(maxlen=_REMEMBERED)  # sequence numbers this rank refused
         self._abandoned: list[Any] = []  # requests (and buffers) of waits a notice ended
@@ -204,8 +211,7 @@ class RefusalWatch:
             return self.unusable
         for notice in self._board.arrived.get(self._pg._name, ()):
             if notice.kind == "unusable" or notice.seq <= seq and notice.seq not in self._refused:
-                return (f"{notice.op} #{notice.seq} in group {self._pg._name!r}: rank {notice.rank} refused its "
-                        f"arguments ({notice.message})" if notice.kind == "refused" else notice.message)
+                return _refusal(notice) if notice.kind == "refused" else notice.message
         return None
 
     def settle(self) -> None:
@@ -237,9 +243,7 @@ class RefusalWatch:
         pg = self._pg
         self.unsettled = True
         if notice.kind == "refused":
-            self.unusable = (f"{notice.op} #{notice.seq} in group {pg._name!r}: rank {notice.rank} refused "
-                             f"its arguments ({notice.message}) while rank {pg._rank} took part; "
-                             f"the group is unusable now")
+            self.unusable = f"{_refusal(notice)} while rank {pg._rank} took part; the group is unusable now"
             self._board.post(self._others, notice._replace(kind="unusable", rank=pg._rank, message=self.unusable))
         else:
             self.unusable = notice.message
@@ -299,6 +303,7 @@ class RefusalWatch:
             time.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
 
+
 def _watched(pg: Any, watch: RefusalWatch, name: str, op: str) -> Callable[..., Any]:
     """``pg``'s validating method ``name``: a refusal is told to the others and uses up its sequence
     number (as on every rank that refuses alike); an unusable group raises before anything."""
@@ -338,10 +343,10 @@ def _watched_receive(pg: Any, watch: RefusalWatch) -> Callable[..., Any]:
     return watched
 
 
-def watch_refusals(pg: Any, board: NoticeBoard, raising: bool) -> RefusalWatch:
+def watch_refusals(pg: Any, board: NoticeBoard) -> RefusalWatch:
     """Install the notices on ``pg`` (before its debug wrappers): its validating methods tell
-    refusals, its transports' waits (with ``raising``, its blocking calls' too) watch for the others'."""
-    watch = RefusalWatch(board, pg, raising)
+    refusals, its transports' waits (in mode ``raise``, its blocking calls' too) watch for the others'."""
+    watch = RefusalWatch(board, pg)
     for name, op in VALIDATING.items():  # instance attributes, in front of the class's methods
         setattr(pg, name, _watched(pg, watch, name, op))
     pg._recv = _watched_receive(pg, watch)
