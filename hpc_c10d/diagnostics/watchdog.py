@@ -178,7 +178,9 @@ class Watchdog:
             owner = flight.pg if flight.pg is not None else default
             if owner is None or not flight.timed or key in self._fired or owner._finish_within is not None:
                 continue  # untimed waits, and groups whose blocking calls end within their timeout, police themselves
-            if flight.pg is not None and self._refused_elsewhere(flight, owner):
+            # seen at the previous tick too: not a thread about to refuse the same call itself (after
+            # its sequence number moved, before its refusal is recorded)
+            if flight.pg is not None and key in self._seen and self._refused_elsewhere(flight, owner):
                 self._fired.add(key)
                 continue
             limit = owner._timeout.total_seconds()
