@@ -8,13 +8,17 @@ exception takes the same road. Design: docs/architecture.md, "Hangs"; settings: 
 
 from __future__ import annotations
 
+import array
 import ctypes
+import fcntl
 import os
 import secrets
 import select
 import signal
 import socket
+import stat
 import sys
+import termios
 import threading
 import time
 import traceback
@@ -39,8 +43,9 @@ EXCEPTION_ENV = "HPC_C10D_ABORT_ON_EXCEPTION"
 GRACE_ENV = "HPC_C10D_ABORT_GRACE"
 _LONGEST_PERIOD = 1.0
 _SHORTEST_PERIOD = 0.05
-_NOTICE_PERIOD = 0.25  # where refusal notices run: how late one reaches a rank inside a blocking MPI call
-_FORWARD_S = 1.0  # seconds between the last report line and MPI_Abort (lines were lost without it)
+_NOTICE_PERIOD = 0.1  # where refusal notices run: how late one reaches a rank inside a blocking MPI call
+_FORWARD_S = 1.0  # at most this long the launcher may take to read our last lines before MPI_Abort
+_RELAYED_S = 0.05  # after it has read them: time to pass them on (lines were lost with an abort at once)
 _ABORT_WAIT_S = 10.0  # a rank still alive this long after calling MPI_Abort is killed (a kernel timer)
 _ANSWERING = "another rank raised the alarm"
 
@@ -70,8 +75,27 @@ def _abort_job(MPI: Any) -> None:
     _kill_self_after(_FORWARD_S + _ABORT_WAIT_S)
     sys.stdout.flush()
     sys.stderr.flush()
-    time.sleep(_FORWARD_S)  # the launcher relays our last lines from a pipe; an abort at once can lose them
+    _wait_relayed(_FORWARD_S)
     MPI.COMM_WORLD.Abort(1)
+
+
+def _wait_relayed(limit: float) -> None:
+    """Wait until the launcher has read our last lines, up to ``limit`` seconds: ``MPI_Abort`` at
+    once lost them. MPICH's ranks write into pipes, whose unread bytes we can count, as does Open
+    MPI's stderr (its stdout, a terminal, lost nothing without a wait); into a socket, we cannot
+    tell: wait the whole ``limit``."""
+    deadline, unread = time.monotonic() + limit, array.array("i", [0])
+    for fd in (1, 2):
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode):
+                while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            elif stat.S_ISSOCK(mode):
+                time.sleep(max(0.0, deadline - time.monotonic()))
+        except OSError:  # closed
+            continue
+    time.sleep(_RELAYED_S)
 
 
 _kill_timer: Any = None  # the POSIX timer of _kill_self_after, once made
