@@ -10,8 +10,8 @@ import hpc_c10d as dist
 
 
 def pytest_addoption(parser):
-    parser.addoption("--fuzz-examples", type=int, default=100,
-                     help="examples per plan of tests/core/test_fuzz.py (CI's fixed budget: 100)")
+    parser.addoption("--fuzz-examples", type=int, default=60,
+                     help="examples per plan of tests/core/test_fuzz.py (CI's fixed budget: 60)")
     parser.addoption("--fuzz-seed", type=int, default=None,
                      help="tests/core/test_fuzz.py: draw from this seed instead of the derandomized examples")
     parser.addoption("--fuzz-classes", default=None, metavar="PATH",

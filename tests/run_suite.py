@@ -3,7 +3,7 @@
 
 Stages
   serial   python -m pytest -m "not mpi" tests/          (non-MPI tests)
-           spread over --jobs pytest-xdist workers (default: the CPUs, at most 4); the tests of
+           spread over --jobs pytest-xdist workers (default: two per CPU, at most 4); the tests of
            the designated simulated cluster share one worker (tests/conftest.py)
   n=1..4   mpiexec -n N python -m pytest --with-mpi -m mpi --hpc-c10d tests/
            (--hpc-c10d: hpc_c10d's testing kit, docs/testing_your_code.md: the ranks agree on each
@@ -265,9 +265,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression, for every stage")
     ap.add_argument("--no-serial", action="store_true", help="skip the serial stage")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    ap.add_argument("--jobs", type=int, default=min(cpus, 4),
-                    help="pytest-xdist workers for the serial stage (default: the CPUs this process may use, at "
-                         "most 4; 1: one process)")
+    ap.add_argument("--jobs", type=int, default=min(2 * cpus, 4),  # serial tests mostly wait for the jobs they start
+                    help="pytest-xdist workers for the serial stage (default: two per CPU this process may use, "
+                         "at most 4; 1: one process)")
     ap.add_argument("--results-dir", default=str(ROOT / "test-results"),
                     help="where JUnit XML and logs go (default test-results/)")
     ap.add_argument("--skip-ran-in", metavar="DIRS", default="",

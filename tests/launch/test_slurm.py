@@ -349,17 +349,36 @@ def test_job_environment_outside_slurm(tmp_path):
 
 
 def _submit(template, *args, env, cwd):
-    """Start `sbatch --wait` (returns with the job's exit status); return (process, job id)."""
-    cmd = ["timeout", "600", "sbatch", "--wait", "--parsable", os.path.join(TEMPLATES, template), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
-    job_id = proc.stdout.readline().strip().split(";")[0]
-    assert job_id.isdigit(), (job_id, proc.stderr.read() if proc.poll() is not None else "")
-    return proc, job_id
+    """``sbatch`` the template; return its job id."""
+    proc = _run(["sbatch", "--parsable", os.path.join(TEMPLATES, template), *args], env=env, cwd=cwd)
+    job_id = proc.stdout.strip().split(";")[0]
+    assert proc.returncode == 0 and job_id.isdigit(), f"{proc.stdout}\n{proc.stderr}"
+    return job_id
 
 
-def _finish(proc, timeout_s=300):
-    out, err = proc.communicate(timeout=timeout_s)
-    return proc.returncode, err
+_ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+def _finish(job_id, env, timeout_s=300):
+    """Wait until the job has ended, asking scontrol every 0.5 s (``sbatch --wait`` asks after 2, 10,
+    then every 32 s); return its exit status (1 for a job ended without one, as a cancelled one),
+    and what scontrol said of it last."""
+    shown = ""
+
+    def ended():
+        nonlocal shown
+        shown = _run(["scontrol", "show", "job", "--oneliner", job_id], env=env).stdout
+        state = re.search(r"\bJobState=(\S+)", shown)
+        assert state, f"scontrol no longer knows job {job_id} (MinJobAge passed?): {shown}"
+        return state.group(1) in _ENDED
+
+    try:
+        _wait_for(ended, timeout_s, f"job {job_id} to end")
+    except AssertionError:
+        subprocess.run(["scancel", job_id], timeout=30, env=env)
+        raise
+    status, signal = re.search(r"\bExitCode=(\d+):(\d+)", shown).groups()
+    return int(status) or int(signal) or int(not re.search(r"\bJobState=COMPLETED\b", shown)), shown
 
 
 @pytest.fixture
@@ -376,8 +395,8 @@ def _output(job_dir, name, job_id):
 
 @needs_cluster
 def test_cpu_template_runs_as_documented(job_dir):
-    proc, job_id = _submit("cpu_job.sbatch", "--steps", "20", env=_env(), cwd=job_dir)
-    rc, err = _finish(proc)
+    job_id = _submit("cpu_job.sbatch", "--steps", "20", env=_env(), cwd=job_dir)
+    rc, err = _finish(job_id, _env())
     out = _output(job_dir, "hpc_c10d-cpu", job_id)
     assert rc == 0, f"{err}\n{out}"
     assert f"launcher srun; SLURM job {job_id}.0 on 1 node(s)" in out, out
@@ -401,15 +420,14 @@ def _stopped_steps(out, signal="SIGUSR1"):
 def _preempt(job_dir, steps, env, timeout_s, scancel=("--signal=USR1",)):
     """Submit the preemptible template, ``scancel`` it at step 20 (its tasks get SIGUSR1), wait for the
     job to end; return (job id, exit status, output)."""
-    proc, job_id = _submit("preemptible.sbatch", "--steps", str(steps), "--step-seconds", "0.05", env=env, cwd=job_dir)
+    job_id = _submit("preemptible.sbatch", "--steps", str(steps), "--step-seconds", "0.05", env=env, cwd=job_dir)
     try:
         _wait_for(lambda: "step 20:" in _output(job_dir, "hpc_c10d-preemptible", job_id), 120, "step 20")
         _run(["scancel", *scancel, job_id], timeout_s=30)
-        rc, err = _finish(proc, timeout_s)
-    finally:
-        if proc.poll() is None:
-            subprocess.run(["scancel", job_id], timeout=30)
-            proc.kill()
+    except AssertionError:  # never reached step 20
+        subprocess.run(["scancel", job_id], timeout=30, env=env)
+        raise
+    rc, err = _finish(job_id, env, timeout_s)
     return job_id, rc, f"{err}\n{_output(job_dir, 'hpc_c10d-preemptible', job_id)}"
 
 
@@ -443,13 +461,13 @@ def test_preemptible_template_cancelled_leaves_no_requeue_request(job_dir):
 @needs_cluster
 @needs_h5py
 def test_preemptible_template_requeues_and_resumes(job_dir):
-    job_id, rc, out = _preempt(job_dir, 300, _env(CHECKPOINT="ckpt/state.h5"), 400)
+    job_id, rc, out = _preempt(job_dir, 150, _env(CHECKPOINT="ckpt/state.h5"), 400)
     assert rc == 0, out
     stopped = _stopped_steps(out)
     assert sorted(stopped) == [0, 1, 2, 3] and len(set(stopped.values())) == 1, out
     assert f"requeueing job {job_id}" in out and f"job {job_id}, restart 1" in out, out
     assert f"resuming from ckpt/state.h5 at step {stopped[0]}" in out, out
-    assert sorted(int(r) for r in re.findall(r"rank (\d+): finished 300 steps", out)) == [0, 1, 2, 3], out
+    assert sorted(int(r) for r in re.findall(r"rank (\d+): finished 150 steps", out)) == [0, 1, 2, 3], out
     assert not list(job_dir.glob("requeue-*"))
 
 

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from support.launch import (ROOT, flavour, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem,
-                            slurm_required)
+from support.launch import (ROOT, flavour, fresh_env, job_sizes, mpiexec, mpiexec_command, outer_world_size,
+                            slurm_cluster_problem, slurm_required)
 
 PROGRAM = os.path.join(ROOT, "tests", "programs", "frameworks.py")
 LIGHTNING = ["fabric_ddp", "trainer_ddp", "fabric_fsdp2"]
@@ -46,7 +46,7 @@ def _under_mpiexec(scenario, nprocs):
 
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
 @_needs("lightning")
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 @pytest.mark.parametrize("scenario", LIGHTNING)
 def test_lightning_under_mpiexec(scenario, nprocs):
     _check(_under_mpiexec(scenario, nprocs), scenario, nprocs, "MPIEnvironment")
@@ -54,7 +54,7 @@ def test_lightning_under_mpiexec(scenario, nprocs):
 
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
 @_needs("accelerate")
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_accelerate_on_a_group_made_first(nprocs):
     proc = _under_mpiexec("accelerate", nprocs)
     _check(proc, "accelerate", nprocs, "accelerate")

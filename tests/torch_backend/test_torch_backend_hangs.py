@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from support.launch import ROOT, launch, mpiexec, outer_world_size
+from support.launch import ROOT, job_sizes, launch, mpiexec, outer_world_size
 
 pytest.importorskip("torch", reason="torch is not installed (pip install 'torch>=2.11,<2.16')")
 
@@ -43,7 +43,7 @@ def _errors(stdout, nprocs):
     return errors
 
 
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_a_blocking_all_reduce_past_its_timeout_names_the_collective_and_the_missing_rank(nprocs, tmp_path):
     stdout, output = _run("blocking", nprocs, tmp_path)
     last = nprocs - 1

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from support.launch import (ROOT, flavour, fresh_env, mpiexec, mpiexec_command, outer_world_size, slurm_cluster_problem,
-                            slurm_required)
+from support.launch import (ROOT, flavour, fresh_env, job_sizes, mpiexec, mpiexec_command, outer_world_size,
+                            slurm_cluster_problem, slurm_required)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (pip install 'torch>=2.11,<2.16')")
@@ -103,7 +103,7 @@ _UNUSED_PORT = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29431"}
 
 @_serial_only
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
-@pytest.mark.parametrize("nprocs", [2, 3])
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_a_framework_setting_master_addr_under_mpiexec_gets_the_mpi_store_and_no_port(nprocs):
     cmd = ["timeout", "120", *mpiexec_command(nprocs), sys.executable, FRAMEWORK_SCRIPT]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=ROOT,
