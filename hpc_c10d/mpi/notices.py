@@ -62,7 +62,9 @@ def _refusal(notice: "Notice") -> str:
 
 class Notice(NamedTuple):
     """What one rank tells the others: ``"refused"`` call ``seq`` of ``group`` (its arguments), or
-    ``"unusable"``: the group is out of step since some rank's refusal."""
+    ``"unusable"``: the group is out of step since some rank's refusal. ``before``: refused before
+    the call took its sequence number, so before it could communicate (the group's checks; a
+    transport refuses later, perhaps after an exchange that every rank ends refusing alike)."""
 
     kind: str
     group: str
@@ -70,6 +72,7 @@ class Notice(NamedTuple):
     op: str
     rank: int
     message: str
+    before: bool = True
 
 
 class NoticeBoard:
@@ -153,14 +156,14 @@ class RefusalWatch:
         return getattr(self._pg, "_backend_error", DistBackendError)
 
     # ---- this rank refuses -----------------------------------------------------------------
-    def refused(self, op: str, seq: int, error: Exception) -> None:
-        """Tell the others this rank refused call ``seq`` (``op``) with ``error``."""
+    def refused(self, op: str, seq: int, error: Exception, before: bool) -> None:
+        """Tell the others this rank refused call ``seq`` (``op``) with ``error`` (``before``: see Notice)."""
         self._refused.append(seq)
         if self._others:
             self._unanswered = {rank for rank in range(self._pg._size) if rank != self._pg._rank}
             self._answering_seq, self.unsettled = seq, True
             self._board.post(self._others, Notice("refused", self._pg._name, seq, op, self._pg._rank,
-                                                  f"{type(error).__name__}: {error}"))
+                                                  f"{type(error).__name__}: {error}", before))
 
     def drop_message(self, peer: int | None, tag: int) -> None:
         """Take and drop the message a refused receive named, if it has arrived (one sent later
@@ -205,12 +208,14 @@ class RefusalWatch:
 
     def refusal_against(self, seq: int) -> str | None:
         """What a notice says of call ``seq``, which this rank is inside (for the watchdog, about
-        a thread in MPI's blocking call): the refusal or the group's unusability, else None."""
+        a thread in MPI's blocking call): the refusal or the group's unusability, else None. Only
+        a refusal before the call began counts: one after may end an exchange that this rank,
+        still inside it, is about to end refusing alike."""
         self._board.collect()
         if self.unusable is not None:
             return self.unusable
         for notice in self._board.arrived.get(self._pg._name, ()):
-            if notice.kind == "unusable" or notice.seq <= seq and notice.seq not in self._refused:
+            if notice.kind == "unusable" or notice.before and notice.seq <= seq and notice.seq not in self._refused:
                 return _refusal(notice) if notice.kind == "refused" else notice.message
         return None
 
@@ -317,8 +322,9 @@ def _watched(pg: Any, watch: RefusalWatch, name: str, op: str) -> Callable[..., 
         try:
             return method(*args)
         except (TypeError, ValueError) as error:
+            before = pg._seq == seq
             pg._seq = seq + 1
-            watch.refused(op, seq + 1, error)
+            watch.refused(op, seq + 1, error, before)
             raise
 
     return watched

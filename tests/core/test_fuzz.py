@@ -24,9 +24,9 @@ the job through the watchdog, whose report and dumps name the operation and grou
 
 CI runs a fixed budget (``--fuzz-examples``, 60 per plan, derandomized: the same examples every
 run: 5 s at 2 ranks and 23 s at 3 on an idle 2-core VM, where 3 ranks are oversubscribed); a longer
-run: ``--fuzz-examples 2000 --fuzz-seed N``. docs/bad_input.md's section "What the fuzz refuses" lists, per function, each
-refused argument the fuzz drew alone and what every rank raised; it is written by a run at 2 ranks
-with ``--fuzz-classes docs/bad_input.md``, between its markers.
+run: ``--fuzz-examples 2000 --fuzz-seed N``. docs/bad_input.md's section "What the fuzz refuses"
+lists, per function, each refused argument the fuzz drew alone and what every rank raised; it is
+written by a run at 2 ranks with ``--fuzz-classes docs/bad_input.md``, between its markers.
 """
 import operator
 import shutil
