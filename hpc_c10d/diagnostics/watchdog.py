@@ -82,8 +82,8 @@ def _abort_job(MPI: Any) -> None:
 def _wait_relayed(limit: float) -> None:
     """Wait until the launcher has read our last lines, up to ``limit`` seconds: ``MPI_Abort`` at
     once lost them. MPICH's ranks write into pipes, whose unread bytes we can count, as does Open
-    MPI's stderr (its stdout, a terminal, lost nothing without a wait); into a socket, we cannot
-    tell: wait the whole ``limit``."""
+    MPI's stderr; into a terminal (Open MPI's stdout is one) or a socket we cannot tell: wait the
+    whole ``limit`` (without it, a loaded CI run lost Open MPI's last stdout line)."""
     deadline, unread = time.monotonic() + limit, array.array("i", [0])
     for fd in (1, 2):
         try:
@@ -91,7 +91,7 @@ def _wait_relayed(limit: float) -> None:
             if stat.S_ISFIFO(mode):
                 while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
                     time.sleep(0.01)
-            elif stat.S_ISSOCK(mode):
+            elif stat.S_ISSOCK(mode) or os.isatty(fd):
                 time.sleep(max(0.0, deadline - time.monotonic()))
         except OSError:  # closed
             continue
