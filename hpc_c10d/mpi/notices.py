@@ -72,7 +72,7 @@ class Notice(NamedTuple):
     op: str
     rank: int
     message: str
-    before: bool = True
+    before: bool
 
 
 class NoticeBoard:

@@ -359,26 +359,34 @@ def _submit(template, *args, env, cwd):
 _ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
+@contextlib.contextmanager
+def _cancelled_on_failure(job_id, env):
+    """Cancel the job if the block fails (a wait that timed out): no test leaves a job running."""
+    try:
+        yield
+    except AssertionError:
+        subprocess.run(["scancel", job_id], timeout=30, env=env)
+        raise
+
+
 def _finish(job_id, env, timeout_s=300):
     """Wait until the job has ended, asking scontrol every 0.5 s (``sbatch --wait`` asks after 2, 10,
     then every 32 s); return its exit status (1 for a job ended without one, as a cancelled one),
     and what scontrol said of it last."""
-    shown = ""
+    shown, state = "", ""
 
     def ended():
-        nonlocal shown
+        nonlocal shown, state
         shown = _run(["scontrol", "show", "job", "--oneliner", job_id], env=env).stdout
-        state = re.search(r"\bJobState=(\S+)", shown)
-        assert state, f"scontrol no longer knows job {job_id} (MinJobAge passed?): {shown}"
-        return state.group(1) in _ENDED
+        found = re.search(r"\bJobState=(\S+)", shown)
+        assert found, f"scontrol no longer knows job {job_id} (MinJobAge passed?): {shown}"
+        state = found.group(1)
+        return state in _ENDED
 
-    try:
+    with _cancelled_on_failure(job_id, env):
         _wait_for(ended, timeout_s, f"job {job_id} to end")
-    except AssertionError:
-        subprocess.run(["scancel", job_id], timeout=30, env=env)
-        raise
-    status, signal = re.search(r"\bExitCode=(\d+):(\d+)", shown).groups()
-    return int(status) or int(signal) or int(not re.search(r"\bJobState=COMPLETED\b", shown)), shown
+    status, by_signal = re.search(r"\bExitCode=(\d+):(\d+)", shown).groups()
+    return int(status) or int(by_signal) or int(state != "COMPLETED"), shown
 
 
 @pytest.fixture
@@ -421,12 +429,9 @@ def _preempt(job_dir, steps, env, timeout_s, scancel=("--signal=USR1",)):
     """Submit the preemptible template, ``scancel`` it at step 20 (its tasks get SIGUSR1), wait for the
     job to end; return (job id, exit status, output)."""
     job_id = _submit("preemptible.sbatch", "--steps", str(steps), "--step-seconds", "0.05", env=env, cwd=job_dir)
-    try:
+    with _cancelled_on_failure(job_id, env):
         _wait_for(lambda: "step 20:" in _output(job_dir, "hpc_c10d-preemptible", job_id), 120, "step 20")
         _run(["scancel", *scancel, job_id], timeout_s=30)
-    except AssertionError:  # never reached step 20
-        subprocess.run(["scancel", job_id], timeout=30, env=env)
-        raise
     rc, err = _finish(job_id, env, timeout_s)
     return job_id, rc, f"{err}\n{_output(job_dir, 'hpc_c10d-preemptible', job_id)}"
 
