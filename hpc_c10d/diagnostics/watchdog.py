@@ -45,6 +45,7 @@ _LONGEST_PERIOD = 1.0
 _SHORTEST_PERIOD = 0.05
 _NOTICE_PERIOD = 0.25  # where refusal notices run: how late one reaches a rank inside a blocking MPI call
 _FORWARD_S = 1.0  # at most this long the launcher may take to read our last lines before MPI_Abort
+_UNCOUNTED_S = 0.3  # the same into a terminal or socket, whose unread bytes we cannot count
 _RELAYED_S = 0.05  # after it has read them: time to pass them on (lines were lost with an abort at once)
 _ABORT_WAIT_S = 10.0  # a rank still alive this long after calling MPI_Abort is killed (a kernel timer)
 _ANSWERING = "another rank raised the alarm"
@@ -82,9 +83,10 @@ def _abort_job(MPI: Any) -> None:
 def _wait_relayed(limit: float) -> None:
     """Wait until the launcher has read our last lines, up to ``limit`` seconds: ``MPI_Abort`` at
     once lost them. MPICH's ranks write into pipes, whose unread bytes we can count, as does Open
-    MPI's stderr; into a terminal (Open MPI's stdout is one) or a socket we cannot tell: wait the
-    whole ``limit`` (without it, a loaded CI run lost Open MPI's last stdout line)."""
-    deadline, unread = time.monotonic() + limit, array.array("i", [0])
+    MPI's stderr; into a terminal (Open MPI's stdout is one) or a socket we cannot tell: wait
+    ``_UNCOUNTED_S`` (without a wait, a loaded CI run lost Open MPI's last stdout line)."""
+    start, unread = time.monotonic(), array.array("i", [0])
+    deadline = start + limit
     for fd in (1, 2):
         try:
             mode = os.fstat(fd).st_mode
@@ -92,7 +94,7 @@ def _wait_relayed(limit: float) -> None:
                 while fcntl.ioctl(fd, termios.FIONREAD, unread) == 0 and unread[0] and time.monotonic() < deadline:
                     time.sleep(0.01)
             elif stat.S_ISSOCK(mode) or os.isatty(fd):
-                time.sleep(max(0.0, deadline - time.monotonic()))
+                time.sleep(max(0.0, min(deadline, start + _UNCOUNTED_S) - time.monotonic()))
         except OSError:  # closed
             continue
     time.sleep(_RELAYED_S)
@@ -148,6 +150,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._seen: dict[tuple, float] = {}
         self._fired: set[tuple] = set()
+        self._look_again = False  # a refusal against a call seen first at this tick: the next one soon
         self._answered = False  # dumped for another rank's alarm already
         self.explains = False  # whether explain() raises the alarm (see start)
         self._wake_r, self._wake_w = os.pipe()
@@ -176,7 +179,7 @@ class Watchdog:
     def _period(self) -> float:
         shortest = min((g._timeout.total_seconds() for g in _world.groups), default=_LONGEST_PERIOD)
         longest = _NOTICE_PERIOD if _world.notices is not None else _LONGEST_PERIOD  # a refusal is seen soon
-        return min(longest, max(_SHORTEST_PERIOD, shortest / 10))
+        return _SHORTEST_PERIOD if self._look_again else min(longest, max(_SHORTEST_PERIOD, shortest / 10))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -195,6 +198,7 @@ class Watchdog:
 
     def _tick(self) -> None:
         now, seen = time.monotonic(), {}
+        self._look_again = False
         default = _world.default_pg
         for flight in flight_recorder.in_flight(skip=threading.get_ident()):
             key = (flight.thread, flight.op, flight.group, flight.seq)
@@ -202,9 +206,7 @@ class Watchdog:
             owner = flight.pg if flight.pg is not None else default
             if owner is None or not flight.timed or key in self._fired or owner._finish_within is not None:
                 continue  # untimed waits, and groups whose blocking calls end within their timeout, police themselves
-            # seen at the previous tick too: not a thread about to refuse the same call itself (after
-            # its sequence number moved, before its refusal is recorded)
-            if flight.pg is not None and key in self._seen and self._refused_elsewhere(flight, owner):
+            if flight.pg is not None and self._refused_elsewhere(flight, owner, key in self._seen):
                 self._fired.add(key)
                 continue
             limit = owner._timeout.total_seconds()
@@ -216,15 +218,19 @@ class Watchdog:
         if not self._answered and os.path.exists(self.alarm_path):
             self._answer()
 
-    def _refused_elsewhere(self, flight: Any, owner: Any) -> bool:
+    def _refused_elsewhere(self, flight: Any, owner: Any, seen_before: bool) -> bool:
         """Whether another rank refused the collective ``flight`` is inside, as its notice says
         (mpi/notices.py), while this thread waits in MPI's blocking call, which nothing interrupts:
-        then report it and apply the policy now, not at the timeout (no roll call: the cause is known)."""
+        then report it and apply the policy now, not at the timeout (no roll call: the cause is known).
+        Only for a call ``seen_before`` (at the previous tick): a thread seen first may be about to
+        refuse the same call itself (its sequence number moved, its refusal not yet recorded), so
+        the next tick comes soon instead."""
         watch = owner._watch
         if watch is None or watch.raising or flight.op in flight_recorder.P2P:
             return False
         refusal = watch.refusal_against(flight.seq)
-        if refusal is None:
+        if refusal is None or not seen_before:
+            self._look_again = self._look_again or refusal is not None
             return False
         message = (f"{refusal}; rank {owner._rank} waits for it inside MPI's blocking {flight.op}, which cannot "
                    f"be interrupted (HPC_C10D_REFUSAL_NOTICES=raise makes it raise instead)")
