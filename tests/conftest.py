@@ -42,15 +42,17 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
+    """Leave out what ``--skip-ran`` lists; put the tests marked ``long`` first (a stable sort), so
+    that under xdist no worker starts one while the others run out of work."""
     path = config.getoption("--skip-ran")
-    if not path:
-        return
-    with open(path) as f:
-        ran = set(f.read().splitlines())
-    done = {item for item in items if ledger.item_id(item.nodeid) in ran}
-    if done:
-        config.hook.pytest_deselected(items=list(done))
-        items[:] = [item for item in items if item not in done]
+    if path:
+        with open(path) as f:
+            ran = set(f.read().splitlines())
+        done = {item for item in items if ledger.item_id(item.nodeid) in ran}
+        if done:
+            config.hook.pytest_deselected(items=list(done))
+            items[:] = [item for item in items if item not in done]
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """Object collectives: all_gather_object, gather_object, broadcast_object_list,
 scatter_object_list, send_object_list / recv_object_list, on WORLD and on subgroups,
 plus one broadcast of an object larger than 2 GiB."""
-import hashlib
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -235,7 +235,8 @@ def _pattern(start, stop):
 
 
 def _make_big():
-    """The large bytes object and its sha256, built in place without big temporaries."""
+    """The large bytes object and its CRC-32 (a third of sha256's time here), built in place without big
+    temporaries."""
     buf = bytearray(BIG)
     view = np.frombuffer(buf, dtype=np.uint8)
     words = view[:_WORDS_END].view("<u4")
@@ -244,7 +245,7 @@ def _make_big():
         words[start:stop] = np.arange(start, stop, dtype="<u4")
     view[_WORDS_END:] = _TAIL
     del words, view
-    digest = hashlib.sha256(buf).hexdigest()
+    digest = zlib.crc32(buf)
     big = bytes(buf)
     del buf
     return big, digest
@@ -268,6 +269,6 @@ def test_broadcast_object_list_larger_than_2gib(rank, size):
     assert isinstance(big, bytes) and len(big) == BIG
     for start, stop in [(0, 4096), (2**31 - 2050, BIG), (BIG // 3 + 1, BIG // 3 + 4099), (BIG - 17, BIG)]:
         assert big[start:stop] == _pattern(start, stop), (start, stop)
-    got_digest = hashlib.sha256(big).hexdigest()
+    got_digest = zlib.crc32(big)
     del big
     assert got_digest == digest

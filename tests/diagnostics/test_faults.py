@@ -18,7 +18,7 @@ from support.launch import ROOT, flavour, fresh_env, job_sizes
 pytestmark = SERIAL_JOBS
 
 
-@pytest.mark.parametrize("nprocs", job_sizes(2, 3, 4))
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_mismatched_shapes_in_detail_raise_on_every_rank(nprocs, tmp_path):
     proc, took, output = run_job("mismatch", nprocs, tmp_path, HPC_C10D_DEBUG="DETAIL")
     assert proc.returncode == 0, output
@@ -119,7 +119,7 @@ def test_a_refusal_raises_in_the_others_blocking_calls_with_notices_raise(nprocs
         assert f"rank {rank}: done" in proc.stdout, output
 
 
-@pytest.mark.parametrize("nprocs", job_sizes(2, 3, 4))
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_an_exception_on_one_rank_ends_the_job_promptly(nprocs, tmp_path):
     proc, took, output = run_job("raises", nprocs, tmp_path)
     assert proc.returncode != 0, output
@@ -135,7 +135,7 @@ def test_the_exception_hook_can_be_turned_off(tmp_path):
     assert "Watchdog caught collective operation timeout: all_reduce seq 4 of group 0" in proc.stderr, output
 
 
-@pytest.mark.parametrize("nprocs", job_sizes(2, 3, 4))
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 def test_monitored_barrier_names_the_missing_rank(nprocs, tmp_path):
     proc, took, output = run_job("monitored", nprocs, tmp_path)
     last = nprocs - 1

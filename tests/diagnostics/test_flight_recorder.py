@@ -14,7 +14,8 @@ from support.launch import job_sizes
 pytestmark = SERIAL_JOBS
 
 
-@pytest.mark.parametrize("nprocs", job_sizes(2, 3, 4))
+@pytest.mark.parametrize("nprocs", job_sizes(2, 3))
+@pytest.mark.long
 def test_a_rank_that_never_joins_the_barrier_ends_the_job_with_a_report(nprocs, tmp_path):
     """The program's timeout=3 s wins over HPC_C10D_TIMEOUT."""
     proc, took, output = run_job("straggler", nprocs, tmp_path, HPC_C10D_TRACE_BUFFER_SIZE="3", HPC_C10D_TIMEOUT="600")

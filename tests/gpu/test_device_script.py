@@ -94,6 +94,7 @@ def test_a_dry_run_must_skip_the_gpu_steps_for_want_of_a_gpu_and_pass_the_others
 
 @pytest.mark.skipif(launch.outer_world_size() > 1, reason="serial test that starts mpiexec itself")
 @pytest.mark.skipif(device.gpu_count() > 0, reason="a GPU is here: tests/gpu/device_run.sh runs these steps for real")
+@pytest.mark.long
 def test_the_gpu_steps_run_dry_here(tmp_path):
     if launch.mpiexec() is None:
         pytest.skip("no mpiexec here")

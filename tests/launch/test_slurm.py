@@ -402,6 +402,7 @@ def _output(job_dir, name, job_id):
 
 
 @needs_cluster
+@pytest.mark.long
 def test_cpu_template_runs_as_documented(job_dir):
     job_id = _submit("cpu_job.sbatch", "--steps", "20", env=_env(), cwd=job_dir)
     rc, err = _finish(job_id, _env())
@@ -453,6 +454,7 @@ def test_preemptible_template_stops_every_rank_at_the_same_step(job_dir):
 
 @needs_cluster
 @needs_h5py
+@pytest.mark.long
 def test_preemptible_template_cancelled_leaves_no_requeue_request(job_dir):
     """A plain scancel sends SIGTERM to the batch script too: the ranks still save and ask for a
     requeue, and the script, once srun is back, removes the request and ends without a requeue."""
@@ -465,6 +467,7 @@ def test_preemptible_template_cancelled_leaves_no_requeue_request(job_dir):
 
 @needs_cluster
 @needs_h5py
+@pytest.mark.long
 def test_preemptible_template_requeues_and_resumes(job_dir):
     job_id, rc, out = _preempt(job_dir, 150, _env(CHECKPOINT="ckpt/state.h5"), 400)
     assert rc == 0, out

@@ -292,6 +292,7 @@ def test_collectives_through_torch_tensors_and_the_plugin_are_checked_too(tmp_pa
 @needs_own_job
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 @pytest.mark.parametrize("ranks", job_sizes(1, 2))
+@pytest.mark.long
 def test_training_steps_on_the_plugin_and_on_torchs_own_backend(ranks, tmp_path):
     _, doc, _ = _bench(ranks, ["training", "--params", "20K", "--batch", "4", "-r", "2", "-n", "2", "-w", "1", "-q"],
                        tmp_path)
@@ -366,6 +367,7 @@ def test_checkpoint_bandwidth(tmp_path):
 
 @needs_own_job
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.long
 def test_checkpoint_bandwidth_against_torch_save_and_dcp(tmp_path):
     pytest.importorskip("h5py", reason=f"h5py is not installed ({install_hint('hdf5')})")
     files = tmp_path / "files"
@@ -409,6 +411,7 @@ def _startup(ranks, tmp_path, env=None):
 
 
 @needs_own_job
+@pytest.mark.long
 def test_startup_sweep_launches_each_world_size(tmp_path):
     """Run as one process, it starts one job per world size and implementation itself."""
     _, document = _startup("1,2", tmp_path)
@@ -473,6 +476,7 @@ def test_the_benchmark_scripts_are_thin_callers():
 
 @needs_own_job
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed; the torch backend's bench needs it")
+@pytest.mark.long
 def test_torch_backend_against_gloo_and_mpi4py_with_a_ddp_step(tmp_path):
     _, doc, _ = _bench(2, ["torch", "--ops", "all_reduce,all_gather", "--ddp-batch", "4", *TINY], tmp_path)
     collectives = [r for r in doc["results"] if not r["op"].startswith("DDP")]

@@ -48,6 +48,7 @@ def _under_mpiexec(scenario, nprocs):
 @_needs("lightning")
 @pytest.mark.parametrize("nprocs", job_sizes(2, 3))
 @pytest.mark.parametrize("scenario", LIGHTNING)
+@pytest.mark.long
 def test_lightning_under_mpiexec(scenario, nprocs):
     _check(_under_mpiexec(scenario, nprocs), scenario, nprocs, "MPIEnvironment")
 
@@ -55,6 +56,7 @@ def test_lightning_under_mpiexec(scenario, nprocs):
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
 @_needs("accelerate")
 @pytest.mark.parametrize("nprocs", job_sizes(2, 3))
+@pytest.mark.long
 def test_accelerate_on_a_group_made_first(nprocs):
     proc = _under_mpiexec("accelerate", nprocs)
     _check(proc, "accelerate", nprocs, "accelerate")
@@ -68,6 +70,7 @@ _slurm_problem = slurm_cluster_problem() if outer_world_size() == 1 else "serial
 @_needs("lightning")
 @pytest.mark.parametrize("nprocs", [3])
 @pytest.mark.parametrize("scenario", LIGHTNING[:2])
+@pytest.mark.long
 def test_lightning_under_srun(scenario, nprocs):
     """Lightning picks its SLURMEnvironment here, which sets MASTER_ADDR/MASTER_PORT too. At 3 ranks only,
     and Fabric's and the Trainer's DDP only: what the launcher changes depends on neither the size nor
@@ -115,6 +118,7 @@ def _recipes():
 @_needs("lightning")
 @_needs("accelerate")
 @pytest.mark.parametrize("name, how, code", [r for r in _recipes() if r[1] == "mpiexec"], ids=lambda v: str(v)[:20])
+@pytest.mark.long
 def test_the_docs_recipes_run_as_written(name, how, code, tmp_path):
     (tmp_path / name).write_text(code)
     cmd = ["timeout", "240", *mpiexec_command(2), sys.executable, name]

@@ -44,6 +44,7 @@ def _errors(stdout, nprocs):
 
 
 @pytest.mark.parametrize("nprocs", job_sizes(2, 3))
+@pytest.mark.long
 def test_a_blocking_all_reduce_past_its_timeout_names_the_collective_and_the_missing_rank(nprocs, tmp_path):
     stdout, output = _run("blocking", nprocs, tmp_path)
     last = nprocs - 1
@@ -63,6 +64,7 @@ def test_a_blocking_all_reduce_past_its_timeout_names_the_collective_and_the_mis
     assert f"behind: rank {last} (collective seq 3 < 4)" in report.stdout, report
 
 
+@pytest.mark.long
 def test_ddp_whose_last_rank_skips_backward_names_the_gradient_all_reduce(tmp_path):
     stdout, output = _run("ddp", 2, tmp_path)
     error = _errors(stdout, 2)[0]

@@ -73,6 +73,7 @@ def _check_script_output(proc, cmd, nprocs):
 
 @_serial_only
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec next to the Python interpreter or on PATH")
+@pytest.mark.long
 def test_unmodified_script_under_mpiexec():
     cmd = ["timeout", "240", *mpiexec_command(4), sys.executable, SCRIPT]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270, cwd=ROOT,
@@ -86,6 +87,7 @@ _slurm_required = slurm_required() and outer_world_size() == 1
 
 @_serial_only
 @pytest.mark.skipif(bool(_slurm_problem) and not _slurm_required, reason=_slurm_problem or "")
+@pytest.mark.long
 def test_unmodified_script_under_srun():
     assert not _slurm_problem, f"HPC_C10D_REQUIRE_SLURM=1 but {_slurm_problem}"
     conf = {"SLURM_CONF": os.environ["SLURM_CONF"]} if "SLURM_CONF" in os.environ else {}
