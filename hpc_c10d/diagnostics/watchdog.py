@@ -150,7 +150,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._seen: dict[tuple, float] = {}
         self._fired: set[tuple] = set()
-        self._look_again = False  # a refusal against a call seen first at this tick: the next one soon
+        self._look_again = False  # a refusal against a call first seen at the last tick: the next one soon
         self._answered = False  # dumped for another rank's alarm already
         self.explains = False  # whether explain() raises the alarm (see start)
         self._wake_r, self._wake_w = os.pipe()
@@ -197,8 +197,7 @@ class Watchdog:
                 logger.warning("watchdog: %s: %s", type(exc).__name__, exc)
 
     def _tick(self) -> None:
-        now, seen = time.monotonic(), {}
-        self._look_again = False
+        now, seen, look_again = time.monotonic(), {}, False
         default = _world.default_pg
         for flight in flight_recorder.in_flight(skip=threading.get_ident()):
             key = (flight.thread, flight.op, flight.group, flight.seq)
@@ -206,36 +205,39 @@ class Watchdog:
             owner = flight.pg if flight.pg is not None else default
             if owner is None or not flight.timed or key in self._fired or owner._finish_within is not None:
                 continue  # untimed waits, and groups whose blocking calls end within their timeout, police themselves
-            if flight.pg is not None and self._refused_elsewhere(flight, owner, key in self._seen):
+            refusal = self._refusal_against(flight, owner) if flight.pg is not None else None
+            # only for a call seen at the previous tick too: a thread seen first may be about to refuse
+            # the same call itself (its sequence number moved, its refusal not yet recorded); look again soon
+            if refusal is not None and key not in self._seen:
+                look_again = True
+            elif refusal is not None:
                 self._fired.add(key)
+                self._end_for_refusal(flight, owner, refusal)
                 continue
             limit = owner._timeout.total_seconds()
             if now - first > limit:
                 self._fired.add(key)
                 self._timed_out(flight.describe(), now - first, limit, lambda text, t=flight.thread: raise_in(t, text))
-        self._seen = seen
+        self._seen, self._look_again = seen, look_again
         self._check_gpu_work()
         if not self._answered and os.path.exists(self.alarm_path):
             self._answer()
 
-    def _refused_elsewhere(self, flight: Any, owner: Any, seen_before: bool) -> bool:
-        """Whether another rank refused the collective ``flight`` is inside, as its notice says
-        (mpi/notices.py), while this thread waits in MPI's blocking call, which nothing interrupts:
-        then report it and apply the policy now, not at the timeout (no roll call: the cause is known).
-        Only for a call ``seen_before`` (at the previous tick): a thread seen first may be about to
-        refuse the same call itself (its sequence number moved, its refusal not yet recorded), so
-        the next tick comes soon instead."""
+    def _refusal_against(self, flight: Any, owner: Any) -> str | None:
+        """What another rank's notice (mpi/notices.py) says of the collective ``flight`` is inside: a
+        refusal made before the call began, or the group's unusability; None if nothing."""
         watch = owner._watch
         if watch is None or watch.raising or flight.op in flight_recorder.P2P:
-            return False
-        refusal = watch.refusal_against(flight.seq)
-        if refusal is None or not seen_before:
-            self._look_again = self._look_again or refusal is not None
-            return False
+            return None
+        return watch.refusal_against(flight.seq)
+
+    def _end_for_refusal(self, flight: Any, owner: Any, refusal: str) -> None:
+        """``flight``'s thread waits for a refused collective inside MPI's blocking call, which
+        nothing interrupts: report it and apply the policy now, not at the timeout (no roll call:
+        the cause is known)."""
         message = (f"{refusal}; rank {owner._rank} waits for it inside MPI's blocking {flight.op}, which cannot "
                    f"be interrupted (HPC_C10D_REFUSAL_NOTICES=raise makes it raise instead)")
         self._act(message, lambda text: raise_in(flight.thread, text), alarm=False)
-        return True
 
     def _answer(self) -> None:
         """Another rank raised the alarm: take part in the roll call and dump (once)."""

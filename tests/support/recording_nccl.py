@@ -23,10 +23,10 @@ from typing import Any, Callable
 import numpy as np
 
 import hpc_c10d.nccl as nccl_package
+from hpc_c10d.diagnostics.watchdog import Watchdog
 from hpc_c10d.errors import DistBackendError
 from hpc_c10d.nccl import cuda, library
 from hpc_c10d.nccl.buffers import DeviceBuffer
-from hpc_c10d.diagnostics.watchdog import Watchdog
 from hpc_c10d.nccl.library import _OPTIONAL, _PROTOTYPES, SPLIT_NOCOLOR, UNIQUE_ID_BYTES, DataType, Nccl
 
 __all__ = ["Call", "RecordingNccl", "RecordingCuda", "FakeStream", "FakeEvent", "FakeCudaError", "install",
