@@ -3,28 +3,52 @@
 One adaptation point: every collective sees numpy arrays that share memory with what the user
 passed, so results land in place. Nothing here copies unless the caller asks for a contiguous
 read-only input.
+
+bfloat16 is ml_dtypes', imported on first use: importing ml_dtypes costs about 0.6 s of CPU (it
+registers its ufunc loops one at a time), three times the rest of ``import hpc_c10d``, in every
+rank of every job. No array has that dtype before something imports ml_dtypes, so waiting loses
+nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
 import numpy as np
-from ml_dtypes import bfloat16 as _bf16_type
 
-__all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16", "device_type", "as_array", "as_input", "as_output",
-           "raise_unsupported", "plain_input", "plain_output"]
-
-bfloat16 = np.dtype(_bf16_type)
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED", "bfloat16_dtype", "is_bfloat16", "supported", "device_type", "as_array",
+           "as_input", "as_output", "raise_unsupported", "plain_input", "plain_output"]
 
 #: dtypes every CPU collective supports, by numpy name.
 SUPPORTED_DTYPES = (
     "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
     "float16", "bfloat16", "float32", "float64", "complex64", "complex128",
 )
-#: the same, as numpy dtypes.
-SUPPORTED = frozenset(np.dtype(n) if n != "bfloat16" else bfloat16 for n in SUPPORTED_DTYPES)
+#: the same, as numpy dtypes: bfloat16 joins once ``bfloat16_dtype`` has loaded ml_dtypes (so the
+#: hot paths' membership test stays one set lookup); ``supported`` asks about any dtype.
+SUPPORTED: set[np.dtype] = {np.dtype(name) for name in SUPPORTED_DTYPES if name != "bfloat16"}
+
+
+@functools.cache
+def bfloat16_dtype() -> np.dtype:
+    """ml_dtypes' bfloat16 (imported here, on the first call), from now on one of ``SUPPORTED``."""
+    from ml_dtypes import bfloat16
+
+    dtype = np.dtype(bfloat16)
+    SUPPORTED.add(dtype)
+    return dtype
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16, without importing ml_dtypes for any other dtype."""
+    return dtype.name == "bfloat16" and dtype == bfloat16_dtype()
+
+
+def supported(dtype: np.dtype) -> bool:
+    """Whether the CPU collectives take ``dtype`` (one of ``SUPPORTED_DTYPES``)."""
+    return dtype in SUPPORTED or is_bfloat16(dtype)
 
 # DLPack device codes: kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged.
 _DLPACK_DEVICE = {1: "cpu", 2: "cuda", 3: "cpu", 13: "cuda"}
@@ -80,7 +104,7 @@ def _torch_to_numpy(t: Any) -> np.ndarray:
         t = t.detach()
     dtype = t.dtype
     if dtype is torch.bfloat16:
-        return t.view(torch.int16).numpy().view(bfloat16)
+        return t.view(torch.int16).numpy().view(bfloat16_dtype())
     if dtype in (torch.complex64, torch.complex128) and (t.is_conj() or t.is_neg()):
         raise ValueError("tensors with a lazy conj/neg bit must be resolved first (tensor.resolve_conj())")
     return t.numpy()
@@ -105,7 +129,7 @@ def as_array(x: Any, name: str = "tensor") -> np.ndarray:
                 f"Invalid function argument: expected `{name}` to be an array "
                 f"(numpy array, torch tensor, DLPack or buffer object), got {type(x).__name__}"
             )
-    if arr.dtype not in SUPPORTED:
+    if not supported(arr.dtype):
         raise_unsupported(arr.dtype, f"`{name}`")
     return arr
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from importlib import metadata
 
 _DISTRIBUTION = "hpc-c10d"
 _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
@@ -17,6 +16,8 @@ _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 def extra_requirements(extra: str) -> list[str]:
     """The requirements (``"torch<2.16,>=2.11"``) that the extra ``extra`` adds; [] if unknown."""
+    from importlib import metadata  # here, not at import: it costs ~35 ms, which every rank would pay
+
     try:
         requires = metadata.requires(_DISTRIBUTION) or []
     except metadata.PackageNotFoundError:

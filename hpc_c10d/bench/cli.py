@@ -94,9 +94,9 @@ def _compared(args: argparse.Namespace) -> list[str]:
 
 
 def _dtype(name: str) -> np.dtype:
-    from ..arrays import bfloat16
+    from ..arrays import bfloat16_dtype
 
-    return bfloat16 if name == "bfloat16" else np.dtype(name)
+    return bfloat16_dtype() if name == "bfloat16" else np.dtype(name)
 
 
 def _anywhere(comm: Any, problem: str | None) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..arrays import bfloat16
+from ..arrays import bfloat16_dtype
 from ..errors import DistError
 from ..extras import install_hint
 from ..state import resolve_group
@@ -241,7 +241,7 @@ def _read(dset: Any, leaf: Leaf, extents: list[int], rank: int, target: Any) -> 
         return
     data = dset[where]
     if leaf.dtype == "bfloat16":
-        data = data.view(bfloat16)
+        data = data.view(bfloat16_dtype())
     if view is not None:
         view[...] = data
     else:

@@ -32,6 +32,6 @@ def fill(target: Any, host: np.ndarray) -> None:
         return
     import torch
 
-    source = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16) if host.dtype == arrays.bfloat16 \
+    source = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16) if arrays.is_bfloat16(host.dtype) \
         else torch.from_numpy(host)
     target.copy_(source)

@@ -101,7 +101,7 @@ class _Described:
 
 
 def arrays_name(dtype: np.dtype) -> str:
-    return "bfloat16" if dtype == arrays.bfloat16 else np.dtype(dtype).name
+    return "bfloat16" if arrays.is_bfloat16(np.dtype(dtype)) else np.dtype(dtype).name
 
 
 def storage_dtype(name: str) -> np.dtype:

@@ -15,7 +15,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from ..arrays import SUPPORTED, raise_unsupported
+from ..arrays import raise_unsupported, supported
 from ..reduce_op import RedOpType, check_op_for_dtype
 
 __all__ = ["mpi_datatype", "Reduction", "REDUCTIONS", "reduction"]
@@ -104,7 +104,7 @@ def _user_op(op: RedOpType, dtype: np.dtype) -> MPI.Op:
 
 
 def _build(op: RedOpType, dtype: np.dtype, name: str) -> Reduction:
-    if dtype not in SUPPORTED:
+    if not supported(dtype):
         raise_unsupported(dtype, f"{name}: the array")
     check_op_for_dtype(op, dtype, name)
     datatype, native = _lookup(dtype)

@@ -9,21 +9,32 @@ collective must wait for work already queued there.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-from ..arrays import SUPPORTED, bfloat16, raise_unsupported
+from ..arrays import bfloat16_dtype, raise_unsupported, supported
 
-__all__ = ["FLOAT8", "DEVICE_DTYPES", "DeviceBuffer", "as_device_buffer", "contiguous_input"]
+__all__ = ["FLOAT8_NAMES", "float8_dtypes", "device_supported", "DeviceBuffer", "as_device_buffer",
+           "contiguous_input"]
 
-#: torch's float8 dtypes: GPU tensors only (MPI has no such types).
-FLOAT8_E4M3, FLOAT8_E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
-FLOAT8_E4M3_FNUZ, FLOAT8_E5M2_FNUZ = np.dtype(ml_dtypes.float8_e4m3fnuz), np.dtype(ml_dtypes.float8_e5m2fnuz)
-FLOAT8 = frozenset({FLOAT8_E4M3, FLOAT8_E5M2, FLOAT8_E4M3_FNUZ, FLOAT8_E5M2_FNUZ})
-DEVICE_DTYPES = SUPPORTED | FLOAT8
+#: torch's float8 dtypes, by their name in torch and ml_dtypes: GPU tensors only (MPI has no such types).
+FLOAT8_NAMES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+
+
+@functools.cache
+def float8_dtypes() -> dict[str, np.dtype]:
+    """ml_dtypes' float8 dtypes by name (ml_dtypes loads here: hpc_c10d/arrays.py says why not before)."""
+    import ml_dtypes
+
+    return {name: np.dtype(getattr(ml_dtypes, name)) for name in FLOAT8_NAMES}
+
+
+def device_supported(dtype: np.dtype) -> bool:
+    """Whether NCCL collectives take ``dtype``: the CPU collectives' dtypes and torch's float8 ones."""
+    return supported(dtype) or (dtype.name in FLOAT8_NAMES and dtype == float8_dtypes()[dtype.name])
 
 
 class DeviceBuffer:
@@ -70,10 +81,11 @@ def _torch_dtype(dtype: Any) -> np.dtype:
     if found is None:
         import torch
 
-        named = {torch.bfloat16: bfloat16, **{getattr(torch, np_dtype.name, None): np_dtype for np_dtype in FLOAT8}
-                 }.get(dtype)
-        if named is not None:
-            found = named
+        name = str(dtype).removeprefix("torch.")
+        if dtype is torch.bfloat16:
+            found = bfloat16_dtype()
+        elif name in FLOAT8_NAMES:
+            found = float8_dtypes()[name]
         else:
             try:
                 found = torch.empty(0, dtype=dtype).numpy().dtype
@@ -145,7 +157,7 @@ def as_device_buffer(x: Any, name: str = "tensor") -> DeviceBuffer:
     else:
         raise TypeError(f"Invalid function argument: expected `{name}` to be a CUDA array (cupy, torch CUDA "
                         f"tensor, __cuda_array_interface__ or DLPack), got {type(x).__name__}")
-    if buf.dtype not in DEVICE_DTYPES:
+    if not device_supported(buf.dtype):
         raise_unsupported(buf.dtype, f"`{name}`")
     return buf
 

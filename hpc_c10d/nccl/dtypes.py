@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import bfloat16, raise_unsupported
+from ..arrays import bfloat16_dtype, raise_unsupported
 from ..reduce_op import BITWISE, RedOpType, check_op_for_dtype
-from .buffers import DEVICE_DTYPES, FLOAT8, FLOAT8_E4M3, FLOAT8_E5M2
+from .buffers import FLOAT8_NAMES, device_supported, float8_dtypes
 from .library import DataType, RedOp
 
 __all__ = ["BYTES", "NcclReduction", "nccl_reduction"]
@@ -34,9 +34,10 @@ _REDUCIBLE: dict[np.dtype, tuple[int, np.dtype, int]] = {
 _REDUCIBLE[np.dtype(bool)] = (DataType.UINT8, np.dtype(np.uint8), 1)
 _REDUCIBLE[np.dtype(np.complex64)] = (DataType.FLOAT32, np.dtype(np.float32), 2)
 _REDUCIBLE[np.dtype(np.complex128)] = (DataType.FLOAT64, np.dtype(np.float64), 2)
-_REDUCIBLE[bfloat16] = (DataType.BFLOAT16, bfloat16, 1)
-_REDUCIBLE[FLOAT8_E4M3] = (DataType.FLOAT8E4M3, FLOAT8_E4M3, 1)
-_REDUCIBLE[FLOAT8_E5M2] = (DataType.FLOAT8E5M2, FLOAT8_E5M2, 1)
+# ml_dtypes' types load here: this module loads with NCCL only
+_REDUCIBLE.update({dtype: (code, dtype, 1) for dtype, code in (
+    (bfloat16_dtype(), DataType.BFLOAT16), (float8_dtypes()["float8_e4m3fn"], DataType.FLOAT8E4M3),
+    (float8_dtypes()["float8_e5m2"], DataType.FLOAT8E5M2))})
 
 _OPS = {RedOpType.SUM: RedOp.SUM, RedOpType.AVG: RedOp.AVG, RedOpType.PRODUCT: RedOp.PROD,
         RedOpType.MIN: RedOp.MIN, RedOpType.MAX: RedOp.MAX}
@@ -66,13 +67,13 @@ def nccl_reduction(op: Any, dtype: np.dtype, name: str, native_fp8: bool = True)
     """The NCCL datatype and op for ``op`` (a RedOpType or ReduceOp) on ``dtype``; torch's errors.
     ``native_fp8``: the NCCL library has float8 datatypes (2.24 and newer)."""
     kind, factor = (op, None) if type(op) is RedOpType else (op.op, op.factor)
-    if dtype not in DEVICE_DTYPES:
+    if not device_supported(dtype):
         raise_unsupported(dtype, f"{name}: the array")
     if kind in BITWISE:
         raise ValueError(f"Cannot use ReduceOp.{kind.name} with NCCL")
     check_op_for_dtype(kind, dtype, name)
     entry = _REDUCIBLE.get(dtype)
-    if dtype in FLOAT8 and (entry is None or not native_fp8):
+    if dtype.name in FLOAT8_NAMES and (entry is None or not native_fp8):
         raise TypeError(f"Unsupported Float8 type for NCCL reduction: {dtype}")
     if entry is None:
         raise TypeError(f"Input tensor data type is not supported for NCCL process group: {dtype}")

@@ -9,23 +9,31 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from ..arrays import bfloat16
+from ..arrays import bfloat16_dtype
 from ..reduce_op import RedOpType, _make_nccl_premul_sum
 
 __all__ = ["to_hpc_op", "premul_factor", "PLAIN_OPS", "cpu_buffer", "as_view", "as_views", "dtype_code"]
 
 _TORCH_OPS = {getattr(dist.ReduceOp.RedOpType, op.name): op for op in RedOpType}
 
+#: torch dtype -> numpy's; bfloat16 (ml_dtypes', which loads late: hpc_c10d/arrays.py) joins on first use
 _NUMPY_DTYPES = {
     torch.bool: np.dtype(np.bool_), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
     torch.int16: np.dtype(np.int16), torch.uint16: np.dtype(np.uint16), torch.int32: np.dtype(np.int32),
     torch.uint32: np.dtype(np.uint32), torch.int64: np.dtype(np.int64), torch.uint64: np.dtype(np.uint64),
-    torch.float16: np.dtype(np.float16), torch.bfloat16: bfloat16, torch.float32: np.dtype(np.float32),
+    torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64), torch.complex64: np.dtype(np.complex64),
     torch.complex128: np.dtype(np.complex128),
 }
 
-_DTYPE_CODES = {dtype: code for code, dtype in enumerate(_NUMPY_DTYPES)}
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate((*_NUMPY_DTYPES, torch.bfloat16))}
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None and dtype is torch.bfloat16:
+        found = _NUMPY_DTYPES[dtype] = bfloat16_dtype()
+    return found
 
 
 def dtype_code(dtype: torch.dtype) -> int:
@@ -84,7 +92,7 @@ def as_view(tensor: Any) -> Any:
     view = _views.get(key)
     if view is not None and tensor.is_contiguous():
         return view
-    np_dtype = _NUMPY_DTYPES.get(tensor.dtype)
+    np_dtype = _numpy_dtype(tensor.dtype)
     if np_dtype is None or not tensor.is_contiguous():
         return tensor
     if np_dtype.kind == "c" and (tensor.is_conj() or tensor.is_neg()):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
-from hpc_c10d.arrays import bfloat16
+from hpc_c10d.arrays import bfloat16_dtype
 from support.reference import (ALL_DTYPES, SHAPES, Deferred, a2a_chunk, assert_same, dtype_id, empty_like_filled,
                                raises_everywhere, rank_data, reduce_inputs, reduce_ref, split_count)
 
@@ -788,7 +788,7 @@ def test_list_collectives_whose_array_overlaps_another_ranks_block(world, rank, 
 @pytest.mark.parametrize("async_op", [False, True])
 def test_list_collectives_into_separately_allocated_blocks(world, rank, size, async_op):
     """The torch tutorial's lists, blocks allocated one by one, every dtype's carrier included."""
-    for dt in (np.float32, np.int64, bfloat16):
+    for dt in (np.float32, np.int64, bfloat16_dtype()):
         outs = [np.full(5, -1, dt) for _ in range(size)]
         work = dist.all_gather(outs, rank_data((5,), dt, rank), async_op=async_op)
         if async_op:

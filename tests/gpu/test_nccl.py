@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hpc_c10d as dist
-from hpc_c10d.arrays import SUPPORTED_DTYPES, bfloat16
+from hpc_c10d.arrays import SUPPORTED_DTYPES, bfloat16_dtype
 from hpc_c10d.errors import DistBackendError
 from hpc_c10d.nccl import library
 from hpc_c10d.nccl.buffers import _c_contiguous, as_device_buffer
@@ -20,7 +20,7 @@ needs_nccl = pytest.mark.skipif(not library.available(),
 
 
 def _dtype(name):
-    return bfloat16 if name == "bfloat16" else np.dtype(name)
+    return bfloat16_dtype() if name == "bfloat16" else np.dtype(name)
 
 
 NCCL_TYPES = {"int8": DataType.INT8, "uint8": DataType.UINT8, "int32": DataType.INT32, "uint32": DataType.UINT32,
@@ -216,10 +216,10 @@ def test_float8_reduces_as_nccls_own_fp8_types(name, code):
 def test_float8_fnuz_moves_but_does_not_reduce(name):
     import ml_dtypes
 
-    from hpc_c10d.nccl.buffers import DEVICE_DTYPES
+    from hpc_c10d.nccl.buffers import device_supported
 
     dtype = np.dtype(getattr(ml_dtypes, name))
-    assert dtype in DEVICE_DTYPES
+    assert device_supported(dtype)
     with pytest.raises(TypeError, match="Unsupported Float8 type for NCCL reduction"):
         nccl_reduction(RedOpType.SUM, dtype, "all_reduce")
 
@@ -228,12 +228,12 @@ def test_torch_float8_tensors_are_device_dtypes():
     torch = pytest.importorskip("torch")
     import ml_dtypes
 
-    from hpc_c10d.nccl.buffers import DEVICE_DTYPES, _torch_dtype
+    from hpc_c10d.nccl.buffers import _torch_dtype, device_supported
 
     for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
         assert _torch_dtype(getattr(torch, name)) == np.dtype(getattr(ml_dtypes, name))
-        assert _torch_dtype(getattr(torch, name)) in DEVICE_DTYPES
-    assert _torch_dtype(torch.bfloat16) == bfloat16
+        assert device_supported(_torch_dtype(getattr(torch, name)))
+    assert _torch_dtype(torch.bfloat16) == bfloat16_dtype()
     if hasattr(torch, "float8_e8m0fnu"):
         with pytest.raises(TypeError, match="not supported by the NCCL backend"):
             _torch_dtype(torch.float8_e8m0fnu)

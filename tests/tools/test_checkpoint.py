@@ -12,7 +12,7 @@ import pytest
 import hpc_c10d as dist
 from support.launch import fresh_env, mpiexec_command, outer_world_size
 from support.reference import assert_in_sync
-from hpc_c10d.arrays import bfloat16
+from hpc_c10d.arrays import bfloat16_dtype
 from hpc_c10d.checkpoint import Shard, load, save
 
 h5py = pytest.importorskip("h5py", reason="h5py is not installed (pip install h5py)")
@@ -22,7 +22,7 @@ try:
 except ImportError:
     torch = None
 
-DTYPES = [np.float32, np.float64, np.int64, np.int8, np.uint16, np.complex64, np.bool_, bfloat16]
+DTYPES = [np.float32, np.float64, np.int64, np.int8, np.uint16, np.complex64, np.bool_, bfloat16_dtype()]
 
 
 def _global(dtype, rows, cols=3, seed=0):
@@ -235,7 +235,7 @@ def test_gpu_arrays_save_from_the_gpu_and_load_on_the_cpu_and_back(shared_path, 
     save(state, shared_path)
     on_host = {"shard": Shard(np.zeros((2, 5), np.float32), 0), "replicated": np.zeros((1, 5), np.int64)}
     if "torch" in state:
-        on_host["torch"] = np.zeros(6, bfloat16)
+        on_host["torch"] = np.zeros(6, bfloat16_dtype())
     load(on_host, shared_path)
     np.testing.assert_array_equal(on_host["shard"].array, _slab_of(full, [2] * size, rank))
     np.testing.assert_array_equal(on_host["replicated"], full[:1])
