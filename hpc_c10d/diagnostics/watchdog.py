@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 from ctypes.util import find_library
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import DistBackendError
 from ..settings import non_negative
@@ -33,7 +33,7 @@ from .logs import logger
 from .roll_call import MAX_RANKS, RollCall
 
 __all__ = ["POLICY_ENV", "EXCEPTION_ENV", "GRACE_ENV", "policy_from_env", "grace_from_env", "report_time", "Watchdog",
-           "start", "stop", "explain", "raise_in"]
+           "start", "stop", "explain", "raise_in", "before_fatal_report"]
 
 POLICY_ENV = "HPC_C10D_TIMEOUT_POLICY"
 _TORCH_POLICY_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
@@ -49,6 +49,17 @@ _UNCOUNTED_S = 0.3  # the same into a terminal or socket, whose unread bytes we 
 _RELAYED_S = 0.05  # after it has read them: time to pass them on (lines were lost with an abort at once)
 _ABORT_WAIT_S = 10.0  # a rank still alive this long after calling MPI_Abort is killed (a kernel timer)
 _ANSWERING = "another rank raised the alarm"
+#: called, without arguments, before a rank reports what it ends the job for: the testing kit hands
+#: stderr back from pytest's capture there (the report would die unread with the process)
+before_fatal_report: list[Callable[[], None]] = []
+
+
+def _prepare_fatal_report() -> None:
+    for prepare in before_fatal_report:
+        try:
+            prepare()
+        except Exception as exc:  # the report and the abort come first
+            logger.warning("watchdog: %s before the report: %s: %s", prepare, type(exc).__name__, exc)
 
 
 def policy_from_env() -> str:
@@ -316,6 +327,8 @@ class Watchdog:
     def _act(self, message: str, raise_error: Any, alarm: bool = True) -> None:
         """Report ``message`` and apply the policy: abort the job, ``raise_error(message)``, or only
         report; with ``alarm``, after the alarm (the roll call, every rank's dump, who is where)."""
+        if self.policy == "abort":
+            _prepare_fatal_report()
         logger.error("%s; policy %r", message, self.policy)
         if alarm:
             if self.policy == "abort":  # whatever blocks from here on (MPI's lock, a dead file system), the rank ends
@@ -359,6 +372,8 @@ _owns_wakeup = False  # SIGUSR2 and signal.set_wakeup_fd were free and are ours
 
 def _excepthook(kind: type, value: BaseException, tb: Any) -> None:
     watchdog = _watchdog
+    if watchdog is not None:  # the job ends below
+        _prepare_fatal_report()
     rank = _world.default_pg._rank if _world.default_pg is not None else "-"
     text = "".join(traceback.format_exception(kind, value, tb))
     # the process's own stderr: torch's hook around ours swaps sys.stderr for a buffer it would

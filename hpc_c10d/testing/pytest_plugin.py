@@ -10,6 +10,7 @@ docs/architecture.md, "The testing kit".
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -117,6 +118,7 @@ class DistributedRun:
     """The plugin's state in one pytest run on one rank."""
 
     def __init__(self, config: pytest.Config) -> None:
+        from ..diagnostics import watchdog
         from ..mpi import bootstrap
         from .time_limit import TimeLimit
 
@@ -138,6 +140,7 @@ class DistributedRun:
         self._limit = 0.0
         self._shared_base: Path | None = None
         self._time_limit = TimeLimit(MPI, self._stand_in)
+        watchdog.before_fatal_report.append(self._hand_back_stderr)
         xml_paths = self.comm.allgather(getattr(config.option, "xmlpath", None))
         if self.rank != 0 and not config.getoption("hpc_c10d_every_rank"):
             config.pluginmanager.set_blocked("terminalreporter")  # rank 0 speaks for every rank
@@ -369,10 +372,25 @@ class DistributedRun:
             terminalreporter.write_line(f"hpc_c10d: the default group was made afresh {self.renewals} time(s), "
                                         "after tests that ran past their time limit")
 
+    def _hand_back_stderr(self) -> None:
+        """Before the watchdog reports what it ends the job for: pytest's capture and its log handler
+        would hold the report until a test's end that never comes; stderr goes to the terminal again,
+        and hpc_c10d's log records with it."""
+        from ..diagnostics.logs import logger
+
+        capture = self._config.pluginmanager.get_plugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(in_=True)
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+        logger.propagate = False
+
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        from ..diagnostics import watchdog
+
         if self.ended:
             self._end_process(1)  # tests failed, as on the stuck rank
+        watchdog.before_fatal_report.remove(self._hand_back_stderr)
         self._time_limit.stop()
         self.comm.Free()
 

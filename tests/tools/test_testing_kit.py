@@ -137,6 +137,17 @@ def test_a_collective_only_rank_0_enters_is_failed_at_its_limit_naming_the_op(tm
 
 
 @serial
+def test_a_watchdog_ending_the_job_is_heard_through_pytests_capture(tmp_path):
+    """The group's timeout (1 s) comes before the test's limit (3 s): the watchdog aborts the job, and its
+    report, which pytest's capture and log handler would have kept until the process died, is output."""
+    status, output = run_cases(tmp_path, "test_hangs.py", 2, env={"HPC_C10D_TIMEOUT": "1"})
+    assert status != 0, output
+    assert "[rank 0] Watchdog caught collective operation timeout: all_reduce seq 1 of group 0 float32[4] has " \
+           "not completed after" in output, output
+    assert "what every rank was doing" in output and "rank 1 not inside any operation" in output, output
+
+
+@serial
 @pytest.mark.parametrize("ranks, hang", [(3, "0"), (2, "last")])  # the stuck rank is rank 0, or another
 def test_a_run_ended_by_a_hang_keeps_every_report_and_its_junit_xml(tmp_path, ranks, hang):
     xml = tmp_path / "report.xml"
