@@ -47,6 +47,8 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,7 +141,7 @@ def _sim(*args):
 
 
 def _logs(log_dir):
-    return {int(re.search(r"rank(\d+)\.log$", p).group(1)): open(p, errors="replace").read()
+    return {int(re.search(r"rank(\d+)\.log$", p).group(1)): Path(p).read_text(errors="replace")
             for p in glob.glob(os.path.join(log_dir, "rank*.log"))}
 
 
@@ -234,16 +236,34 @@ def _job(tmp_path, argv, mca=(), env=None):
         assert not _job_pids(prefix, marks), f"processes of the job left behind\n{printed()}"
 
 
+class _DaemonLostAtLaunch(Exception):
+    """prterun ended the job before any rank started: a PRRTE daemon exited before it reported back."""
+
+
 def _run(tmp_path, fault, mca=(), victims="", want=None, bound=BOUND_S, program=PROGRAM):
     """Start the job, wait for it to loop, inflict ``fault`` ('rank', 'link' or 'kill' on node2), wait until
     the ranks in ``want`` (default: the other nodes') report surviving (or ``bound`` seconds); clean everything
     up. Return (survivors, output, seconds from the fault to the last report, whether the launcher had exited
-    by itself)."""
+    by itself).
+
+    A launch that PRRTE gives up before any rank runs (node2's prted exited with status 1 once in about 200
+    such jobs in CI, right after the previous test's job; not reproduced) is tried once more, with a warning:
+    these tests are about faults after the start."""
+    for attempt in (1, 2):
+        try:
+            return _run_once(tmp_path / f"attempt{attempt}", fault, mca, victims, want, bound, program)
+        except _DaemonLostAtLaunch as lost:
+            if attempt == 2:
+                pytest.fail(f"the job did not start, twice\n{lost}")
+            warnings.warn(f"the job did not start; starting it again\n{lost}", stacklevel=2)
+
+
+def _run_once(tmp_path, fault, mca, victims, want, bound, program):
     prefix = _launch.sim_cluster_settings()["SIM_PREFIX"]
     size, _, _, others = _layout()
     want = others if want is None else want
     log_dir = str(tmp_path / "ranks")
-    os.makedirs(log_dir)
+    os.makedirs(log_dir)  # and tmp_path
     env = dict(ULFM_VICTIMS=victims, ULFM_KILL_STEP="200", ULFM_SECONDS=str(START_S + BOUND_S), ULFM_PAUSE="0.01")
     took, exited = None, False
     with _job(tmp_path, [program, log_dir], mca, env) as (job, printed, inflict):
@@ -257,6 +277,8 @@ def _run(tmp_path, fault, mca=(), victims="", want=None, bound=BOUND_S, program=
             if sum("looping" in t for t in _logs(log_dir).values()) == size:
                 break
             time.sleep(0.2)
+        if job.poll() is not None and not _logs(log_dir) and "A daemon failed to report back" in printed():
+            raise _DaemonLostAtLaunch(output())
         assert sum("looping" in t for t in _logs(log_dir).values()) == size, f"the job did not start\n{output()}"
         time.sleep(0.5)
         fault_at = time.monotonic()
