@@ -246,9 +246,9 @@ def _run(tmp_path, fault, mca=(), victims="", want=None, bound=BOUND_S, program=
     up. Return (survivors, output, seconds from the fault to the last report, whether the launcher had exited
     by itself).
 
-    A launch that PRRTE gives up before any rank runs (node2's prted exited with status 1 once in about 200
-    such jobs in CI, right after the previous test's job; not reproduced) is tried once more, with a warning:
-    these tests are about faults after the start."""
+    A launch that PRRTE gives up before any rank runs (node2's prted exited with status 1, without a word,
+    once in a CI run, right after the previous test's job; not reproduced) is tried once more, with a
+    warning: these tests are about faults after the start."""
     for attempt in (1, 2):
         try:
             return _run_once(tmp_path / f"attempt{attempt}", fault, mca, victims, want, bound, program)
