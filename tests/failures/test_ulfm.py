@@ -13,7 +13,9 @@ HPC_C10D_REQUIRE_ULFM=1 they run, and fail, elsewhere too).
 import importlib.util
 import json
 import os
+import re
 import socket
+import warnings
 
 import pytest
 
@@ -34,9 +36,24 @@ needs_ulfm = pytest.mark.skipif(
            "another (the suite's Open MPI stage runs these)")
 
 
+# Open MPI 5.0.11 crashing in its own failure propagation, not in anything these tests check: every
+# survivor of the killed rank segfaulted there (called from btl/sm while MPIX_Comm_shrink agreed), and
+# mpiexec still exited 0. Seen once in a CI run (lost_rank.py default, 4 ranks, rank 2 killed); 0 in 90
+# runs of that job here, 60 of them with the 2 cores kept busy.
+OPEN_MPI_CRASH = re.compile(r"libmpi\.so[.\d]*\(ompi_errhandler_proc_failed_internal\+")
+
+
 def _run(program, nprocs, *args, flags=ULFM, env=None):
-    proc, cmd = launch(nprocs, [os.path.join(FAULTS, program), *map(str, args)], TIMEOUT_S, flags=flags, env=env)
-    output = f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    """Start ``program`` with ``args``; (exit status, the ranks' RESULT objects by world rank, all it
+    printed). A job that Open MPI itself crashed (``OPEN_MPI_CRASH``) is started once more, with a warning."""
+    argv = [os.path.join(FAULTS, program), *map(str, args)]
+    for attempt in (1, 2):
+        proc, cmd = launch(nprocs, argv, TIMEOUT_S, flags=flags, env=env)
+        output = (f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout}\n"
+                  f"--- stderr ---\n{proc.stderr}")
+        if attempt == 2 or not OPEN_MPI_CRASH.search(proc.stderr):
+            break
+        warnings.warn(f"Open MPI crashed in its failure propagation; starting the job again\n{output}", stacklevel=2)
     decode = json.JSONDecoder().raw_decode  # ranks' lines may run together: read each object where it starts
     results = [decode(part)[0] for part in proc.stdout.split("RESULT ")[1:]]
     return proc.returncode, sorted(results, key=lambda r: r["world_rank"]), output
