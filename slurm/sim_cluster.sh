@@ -23,6 +23,7 @@
 #   bash slurm/sim_cluster.sh srun [SRUN ARGS] -- CMD...      # srun in the head namespace, on this cluster's
 #                                              # slurmctld, e.g. `srun -N 2 --ntasks-per-node=2 --mpi=pmi2 -- python x.py`
 #   bash slurm/sim_cluster.sh link <node> down|up   # unplug / plug a node's cable (the bridge's end of its veth)
+#                                              # (up: returns once the node reaches every other one)
 #   bash slurm/sim_cluster.sh kill <node>      # SIGKILL every process in the node except slurmd/slurmstepd
 #   bash slurm/sim_cluster.sh logs             # the daemons' logs (tails)
 #
@@ -667,12 +668,33 @@ check_node() {
     esac
 }
 
+# After a node's link comes back up, until the node reaches every other namespace of the cluster:
+# neighbour (ARP) entries left from the time it was down are forgotten everywhere first. Twice a job
+# started right after a link came back failed with node2 unable to connect to node1 ("No route to
+# host"). A TCP connection to port 1 is refused when the peer is reachable.
+wait_reachable() {
+    local node="$1" ns peer deadline=$((SECONDS + 15)) left answer
+    for ns in head $(node_names "$NNODES"); do ip -n "$(netns_of "$ns")" neigh flush all 2>/dev/null || true; done
+    while :; do
+        left=""
+        for peer in head $(node_names "$NNODES"); do
+            [ "$peer" = "$node" ] && continue
+            answer="$(in_node "$node" timeout 3 bash -c "exec 3<>/dev/tcp/$(ip_of "$peer")/1" 2>&1)" || true
+            [[ "$answer" == *refused* ]] || left="$left $peer"
+        done
+        [ -z "$left" ] && return 0
+        [ $SECONDS -lt $deadline ] || die "$node does not reach$left 15 s after its link came up"
+        sleep 0.2
+    done
+}
+
 cmd_link() {
     need_root
     load_info || die "cluster $PREFIX is not up"
     [ $# = 2 ] && [[ "$2" =~ ^(up|down)$ ]] || usage
     check_node "$1"
     ip -n "$(netns_of br)" link set "$1" "$2"
+    [ "$2" = down ] || wait_reachable "$1"
     log "$1's link is $2"
 }
 
