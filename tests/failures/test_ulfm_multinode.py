@@ -277,9 +277,10 @@ def _run_once(tmp_path, fault, mca, victims, want, bound, program):
             if sum("looping" in t for t in _logs(log_dir).values()) == size:
                 break
             time.sleep(0.2)
-        if job.poll() is not None and not _logs(log_dir) and "A daemon failed to report back" in printed():
+        logs = _logs(log_dir)
+        if job.poll() is not None and not logs and "A daemon failed to report back" in printed():
             raise _DaemonLostAtLaunch(output())
-        assert sum("looping" in t for t in _logs(log_dir).values()) == size, f"the job did not start\n{output()}"
+        assert sum("looping" in t for t in logs.values()) == size, f"the job did not start\n{output()}"
         time.sleep(0.5)
         fault_at = time.monotonic()
         if fault != "rank":
